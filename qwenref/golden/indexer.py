@@ -1,0 +1,233 @@
+"""indexer — the QSA sparse block indexer: projection, block keys, queries, scoring, selection.
+
+R = cfg.indexer_compress_ratio, kblk = cfg.kblk, rd = cfg.indexer_rotary_dim.
+
+Shape letters: nb rows, inh indexer heads, ihd indexer head width, T tokens, nc complete blocks
+of a row ((t+1) // R), nj blocks asked for.
+
+The rule, for the row at position t:
+  bkey_j  = rope(rms_norm(mean(raw_keys[jR : jR+R]), k_norm), position jR)     (block j complete)
+  q_h     = rope(rms_norm(q_raw_h, q_norm), t)
+  score_j = sum_h relu(q_h . bkey_j) * ihd**-0.5                               (j < nc)
+  dense while nc <= kblk; otherwise keep block nc-1 plus the kblk-1 best others (ties: lower
+  index), and the tail tokens [nc·R, t]: n_vis = kblk·R + (t + 1 - nc·R), ascending.
+
+Precision: the block mean and the scores are accumulated in float64 and rounded to float32;
+norm and RoPE are golden.norm / golden.rope (float32 norm, float64 angles). Selection works on
+the float32 scores, so "exact ties" means equal float32 scores (0.0 and -0.0 tie).
+"""
+import numpy as np
+
+from .norm import rms_norm
+from .rope import apply_rope
+
+__all__ = ["indexer_project", "indexer_queries", "block_keys", "update_block_keys",
+           "block_scores", "select_blocks", "visible_tokens", "row_selection"]
+
+
+# ---- argument checks (ValueError / TypeError naming the argument) ------------------------------
+def _int_arg(name, x, lo):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
+    if x < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {x}")
+    return int(x)
+
+
+def _float_array(name, x, ndim=None):
+    a = np.asarray(x)
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}")
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dims, got shape {a.shape}")
+    return a.astype(np.float32, copy=False)
+
+
+def _int_array(name, x, ndim=1):
+    a = np.asarray(x)
+    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
+        raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dims, got shape {a.shape}")
+    return a.astype(np.int64)
+
+
+def _weight(name, w, n):
+    w = _float_array(name, w, 1)
+    if w.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {w.shape}")
+    return w
+
+
+def _rotary_arg(rotary_dim, width):
+    rotary_dim = _int_arg("rotary_dim", rotary_dim, 0)
+    if rotary_dim % 2 or rotary_dim > width:
+        raise ValueError(f"rotary_dim must be even and <= {width}, got {rotary_dim}")
+    return rotary_dim
+
+
+# ---- projection, queries, block keys -----------------------------------------------------------
+def indexer_project(h, w_qk, inh, ihd):
+    """h [nb, hidden] @ w_qk.T -> (q_raw [nb, inh, ihd], k_raw [nb, ihd]); k is the last ihd.
+
+    float32 matmul, like the layer's other projections.
+    """
+    inh = _int_arg("inh", inh, 1)
+    ihd = _int_arg("ihd", ihd, 1)
+    h = _float_array("h", h, 2)                                  # [nb, hidden]
+    w_qk = _float_array("w_qk", w_qk, 2)                         # [(inh+1)·ihd, hidden]
+    if w_qk.shape != ((inh + 1) * ihd, h.shape[1]):
+        raise ValueError(f"w_qk must have shape ({(inh + 1) * ihd}, {h.shape[1]}) "
+                         f"= ((inh+1)·ihd, hidden), got {w_qk.shape}")
+    y = np.matmul(h, w_qk.T)                                     # [nb, (inh+1)·ihd]
+    nb = h.shape[0]
+    q_raw = np.ascontiguousarray(y[:, :inh * ihd]).reshape(nb, inh, ihd)
+    k_raw = np.ascontiguousarray(y[:, inh * ihd:])               # [nb, ihd]
+    return q_raw, k_raw
+
+
+def _positions(positions, nb):
+    p = _int_array("positions", positions)
+    if p.shape != (nb,):
+        raise ValueError(f"positions must have shape ({nb},), got {p.shape}")
+    if (p < 0).any():
+        raise ValueError("positions must be >= 0")
+    return p
+
+
+def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6):
+    """rope(rms_norm(q_raw, q_norm_w), positions) per head. [nb, inh, ihd] float32.
+
+    rms_norm is the zero-centred form (x / rms · (1 + w)); RoPE rotates the first rotary_dim
+    dims of each head (rotate-half) at the row's position.
+    """
+    q_raw = _float_array("q_raw", q_raw, 3)                      # [nb, inh, ihd]
+    nb, _, ihd = q_raw.shape
+    q_norm_w = _weight("q_norm_w", q_norm_w, ihd)
+    positions = _positions(positions, nb)
+    rotary_dim = _rotary_arg(rotary_dim, ihd)
+    return apply_rope(rms_norm(q_raw, q_norm_w, eps), positions, rotary_dim, theta)
+
+
+def block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps=1e-6):
+    """bkey_j = rope(rms_norm(mean(raw_keys[jR:(j+1)R]), k_norm_w), position jR) for j in blocks.
+
+    raw_keys: [T, ihd]; blocks: int [nj]. Returns float32 [nj, ihd].
+    The mean is taken in float64 and rounded to float32 before the (float32) norm.
+    """
+    raw_keys = _float_array("raw_keys", raw_keys, 2)             # [T, ihd]
+    T, ihd = raw_keys.shape
+    blocks = _int_array("blocks", blocks)                        # [nj]
+    R = _int_arg("R", R, 1)
+    k_norm_w = _weight("k_norm_w", k_norm_w, ihd)
+    rotary_dim = _rotary_arg(rotary_dim, ihd)
+    if ((blocks < 0) | ((blocks + 1) * R > T)).any():
+        raise ValueError(f"blocks must be complete blocks of raw_keys: 0 <= j < {T // R} "
+                         f"(T = {T}, R = {R}), got {blocks.tolist()}")
+    if blocks.size == 0:
+        return np.zeros((0, ihd), np.float32)
+    tok = blocks[:, None] * R + np.arange(R)                     # [nj, R]
+    mean = raw_keys[tok].astype(np.float64).mean(axis=1).astype(np.float32)  # [nj, ihd]
+    return apply_rope(rms_norm(mean, k_norm_w, eps), blocks * R, rotary_dim, theta)
+
+
+def update_block_keys(cache, k_norm_w, cfg, t0, t1):
+    """Write cache.blk_keys[j] for every block that completes at a position in [t0, t1).
+
+    Block j completes at token (j+1)R - 1, so j runs over [t0 // R, t1 // R). Reads
+    cache.idx_keys[:t1] (needs t1 <= len(cache)); norm eps, theta and rotary width from cfg.
+    Returns the updated block indices, int64 [nj] (often empty).
+    """
+    if not getattr(cfg, "has_indexer", False):
+        raise ValueError("cfg has no indexer (indexer_* fields unset)")
+    if getattr(cache, "idx_keys", None) is None or getattr(cache, "blk_keys", None) is None:
+        raise ValueError("cache holds no indexer state (idx_keys / blk_keys are None)")
+    R = cfg.indexer_compress_ratio
+    t0 = _int_arg("t0", t0, 0)
+    t1 = _int_arg("t1", t1, 0)
+    if t1 < t0:
+        raise ValueError(f"t1 ({t1}) must be >= t0 ({t0})")
+    if t1 > len(cache):
+        raise ValueError(f"t1 ({t1}) must be <= len(cache) ({len(cache)})")
+    blocks = np.arange(t0 // R, t1 // R, dtype=np.int64)         # [nj]
+    if blocks.size and blocks[-1] >= cache.blk_keys.shape[0]:
+        raise ValueError(f"cache.blk_keys has {cache.blk_keys.shape[0]} rows, block "
+                         f"{int(blocks[-1])} does not fit")
+    if blocks.size:
+        cache.blk_keys[blocks] = block_keys(cache.idx_keys[:t1], blocks, R, k_norm_w,
+                                            cfg.indexer_rotary_dim, cfg.rope_theta,
+                                            cfg.rms_norm_eps)
+    return blocks
+
+
+# ---- scoring and selection ---------------------------------------------------------------------
+def block_scores(q, bkeys):
+    """score_j = sum_h relu(q_h . bkey_j) * ihd**-0.5. q [inh, ihd], bkeys [nc, ihd] -> [nc] f32.
+
+    float64 dot products and sum, rounded to float32 once.
+    """
+    q = _float_array("q", q, 2)                                  # [inh, ihd]
+    bkeys = _float_array("bkeys", bkeys, 2)                      # [nc, ihd]
+    ihd = q.shape[1]
+    if bkeys.shape[1] != ihd:
+        raise ValueError(f"bkeys must have shape [nc, {ihd}], got {bkeys.shape}")
+    d = np.einsum("hd,cd->hc", q.astype(np.float64), bkeys.astype(np.float64))  # [inh, nc]
+    return (np.maximum(d, 0.0).sum(axis=0) * ihd ** -0.5).astype(np.float32)
+
+
+def select_blocks(scores, kblk):
+    """Keep the latest block (len(scores) - 1) plus the kblk - 1 best others (exact ties: the
+    lower index). Returns sorted int64 [kblk].
+
+    Needs len(scores) >= kblk. The others are ranked by a stable sort on -score, i.e. on
+    (-score, index).
+    """
+    kblk = _int_arg("kblk", kblk, 1)
+    scores = _float_array("scores", scores, 1)                   # [nc]
+    nc = scores.shape[0]
+    if nc < kblk:
+        raise ValueError(f"scores must cover at least kblk = {kblk} blocks, got {nc}")
+    if np.isnan(scores).any():
+        raise ValueError("scores must not contain NaN")
+    others = np.argsort(-scores[:-1], kind="stable")[:kblk - 1]  # best first, ties: lower index
+    return np.sort(np.append(others, nc - 1)).astype(np.int64)
+
+
+def visible_tokens(t, blocks, R):
+    """Tokens of the kept blocks plus the tail [((t+1)//R)*R, t], ascending.
+
+    Returns (idx int64 [kblk*R + tail], block_mask bool [(t+1)//R]).
+    blocks must be distinct complete blocks of the row (0 <= j < (t+1)//R), kblk = len(blocks).
+    """
+    t = _int_arg("t", t, 0)
+    R = _int_arg("R", R, 1)
+    blocks = _int_array("blocks", blocks)
+    nc = (t + 1) // R
+    if ((blocks < 0) | (blocks >= nc)).any():
+        raise ValueError(f"blocks must be complete blocks of row t={t}: 0 <= j < {nc}, "
+                         f"got {blocks.tolist()}")
+    blocks = np.sort(blocks)
+    if (np.diff(blocks) == 0).any():
+        raise ValueError(f"blocks must be distinct, got {blocks.tolist()}")
+    kept = (blocks[:, None] * R + np.arange(R)).reshape(-1)      # [kblk·R], ascending
+    tail = np.arange(nc * R, t + 1, dtype=np.int64)              # [(t+1) - nc·R]
+    mask = np.zeros(nc, bool)
+    mask[blocks] = True
+    return np.concatenate([kept, tail]), mask
+
+
+def row_selection(t, q, bkeys, R, kblk):
+    """For the row at position t with indexer query q [inh, ihd] and block keys bkeys
+    [>= (t+1)//R, ihd]: dense (idx = arange(t+1), mask all True) while (t+1)//R <= kblk, else
+    visible_tokens(t, select_blocks(block_scores(q, bkeys[:nc]), kblk), R)."""
+    t = _int_arg("t", t, 0)
+    R = _int_arg("R", R, 1)
+    kblk = _int_arg("kblk", kblk, 1)
+    q = _float_array("q", q, 2)                                  # [inh, ihd]
+    nc = (t + 1) // R
+    if nc <= kblk:
+        return np.arange(t + 1, dtype=np.int64), np.ones(nc, bool)
+    bkeys = _float_array("bkeys", bkeys, 2)
+    if bkeys.shape[0] < nc:
+        raise ValueError(f"bkeys must hold the row's {nc} complete blocks, got {bkeys.shape[0]}")
+    return visible_tokens(t, select_blocks(block_scores(q, bkeys[:nc]), kblk), R)

@@ -1,0 +1,351 @@
+"""kvcache — q8 (Q8_0), turbo-n (WHT + uniform n-bit, groups of 16) and bf16 formats, and the
+KVCache that stores K/V in those formats plus the indexer state.
+
+Stored layout (the GPU cache uses the same arrays, as cupy arrays):
+  side "f32":    {"data": float32 [nkv, max_t, hd]}
+  side "bf16":   {"data": uint16  [nkv, max_t, hd]}            (bf16 bit patterns)
+  side "q8":     {"q": int8 [nkv, max_t, hd], "d": float16 [nkv, max_t, hd // 32]}
+  side "turboN": {"codes": uint8 [nkv, max_t, hd // 16, 2 * N], "d": float16 [nkv, max_t, hd // 16]}
+  indexer (cfg.has_indexer): idx_keys float32 [max_t, ihd] (raw keys),
+                             blk_keys float32 [max_t // R, ihd] (block keys, normed + roped)
+
+Precision: every quantizer works in float32 exactly as written (products, reciprocals and
+rounding of the scale are float32 operations, the scale is stored as float16 with round to
+nearest even). Both dequantizers are exact in float32: an int8 (or a half-integer code level,
+at most 8 significant bits) times a float16 scale (11 bits) fits in float32's 24 bits.
+"""
+import ml_dtypes
+import numpy as np
+
+from ..config import AttnConfig
+from .wht import wht
+
+__all__ = ["CACHE_KINDS", "q8_quantize", "q8_dequantize", "turbo_quantize", "turbo_dequantize",
+           "turbo_pack", "turbo_unpack", "bf16_round", "bf16_bits", "bf16_from_bits", "KVCache"]
+
+CACHE_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2",
+               "bf16k-turbo4v", "bf16k-turbo3v", "bf16k-turbo2v")
+
+Q8_GROUP = 32       # values per Q8_0 block (llama.cpp QK8_0)
+TURBO_GROUP = 16    # values per turbo group (one float16 scale each)
+
+
+# ---- argument checks ------------------------------------------------------------------------
+def _float32_array(name, a):
+    a = np.asarray(a)
+    if not np.issubdtype(a.dtype, np.floating):
+        raise TypeError(f"{name} must be a floating-point array, got dtype {a.dtype}")
+    return a.astype(np.float32, copy=False)
+
+
+def _typed_array(name, a, dtype):
+    a = np.asarray(a)
+    if a.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype).name}, got {a.dtype}")
+    return a
+
+
+def _groups(name, x, size):
+    """x [..., n] -> view [..., n // size, size]; ValueError unless size divides n."""
+    if x.ndim < 1 or x.shape[-1] % size:
+        raise ValueError(f"{name}'s last axis must be a multiple of {size}, got shape {x.shape}")
+    return x.reshape(x.shape[:-1] + (x.shape[-1] // size, size))
+
+
+def _check_bits(bits):
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= 8:
+        raise ValueError(f"bits must be an int in 1..8 (the cache uses 8, 4, 3, 2), got {bits!r}")
+    return int(bits)
+
+
+# ---- q8 (llama.cpp Q8_0) --------------------------------------------------------------------
+def _round_half_away(v):
+    """C roundf on float32: nearest integer, exact .5 ties away from zero. np.round rounds ties
+    to even, and trunc(v + 0.5·sign) is wrong at 0.49999997 (the add rounds up to 1)."""
+    a = np.abs(v)
+    f = np.floor(a)
+    r = f + (a - f >= np.float32(0.5))           # a - f is exact in float32 for |v| < 2**23
+    return np.copysign(r, v)
+
+
+def q8_quantize(x):
+    """Q8_0 (llama.cpp quantize_row_q8_0_ref) over groups of 32 on the last axis.
+
+    Per group, in float32: amax = max|x|, d32 = amax / 127, d = float16(d32),
+    id = 1 / d32 (0 when d32 == 0), q = roundf(x · id) (ties away from zero), int8.
+    Returns (q int8 [..., n], d float16 [..., n // 32]). n % 32 != 0 -> ValueError.
+    """
+    x = _float32_array("x", x)
+    xg = _groups("x", x, Q8_GROUP)                                           # [..., g, 32]
+    amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))                # [..., g]
+    d32 = amax / np.float32(127)                                             # [..., g] f32
+    with np.errstate(divide="ignore"):
+        inv = np.where(d32 != 0, np.float32(1) / d32, np.float32(0))         # [..., g] f32
+    q = _round_half_away(xg * inv[..., None])                                # [..., g, 32] f32
+    return q.astype(np.int8).reshape(x.shape), d32.astype(np.float16)
+
+
+def q8_dequantize(q, d):
+    """q * float32(d), broadcast over groups of 32. Returns float32 [..., n]."""
+    q = _typed_array("q", q, np.int8)
+    d = _typed_array("d", d, np.float16)
+    qg = _groups("q", q, Q8_GROUP)                                           # [..., g, 32]
+    if d.shape != qg.shape[:-1]:
+        raise ValueError(f"d must have shape {qg.shape[:-1]} (one scale per 32 of q), got {d.shape}")
+    return (qg.astype(np.float32) * d.astype(np.float32)[..., None]).reshape(q.shape)
+
+
+# ---- turbo-n --------------------------------------------------------------------------------
+def turbo_pack(c, bits):
+    """codes uint8 [..., 16] (values < 2**bits) -> packed uint8 [..., 2 * bits]; code i at bits
+    [bits*i, bits*i + bits) of the little-endian group."""
+    bits = _check_bits(bits)
+    c = np.asarray(c)
+    if not np.issubdtype(c.dtype, np.integer):
+        raise TypeError(f"c must be an integer array, got dtype {c.dtype}")
+    if c.ndim < 1 or c.shape[-1] != TURBO_GROUP:
+        raise ValueError(f"c's last axis must be {TURBO_GROUP} codes, got shape {c.shape}")
+    if c.size and (c.min() < 0 or c.max() >= 1 << bits):
+        raise ValueError(f"c must hold codes in [0, {(1 << bits) - 1}] for bits={bits}")
+    shifts = np.arange(bits, dtype=np.uint8)
+    b = (c.astype(np.uint8)[..., None] >> shifts) & 1                        # [..., 16, bits]
+    b = b.reshape(c.shape[:-1] + (TURBO_GROUP * bits,))                      # stream bit n*i+j
+    return np.packbits(b, axis=-1, bitorder="little")                        # [..., 2*bits]
+
+
+def turbo_unpack(packed, bits):
+    """Inverse of turbo_pack: uint8 [..., 2 * bits] -> uint8 [..., 16]."""
+    bits = _check_bits(bits)
+    packed = _typed_array("packed", packed, np.uint8)
+    if packed.ndim < 1 or packed.shape[-1] != 2 * bits:
+        raise ValueError(f"packed's last axis must be {2 * bits} bytes for bits={bits}, "
+                         f"got shape {packed.shape}")
+    b = np.unpackbits(packed, axis=-1, bitorder="little")                    # [..., 16*bits]
+    b = b.reshape(packed.shape[:-1] + (TURBO_GROUP, bits))                   # [..., 16, bits]
+    weights = (1 << np.arange(bits)).astype(np.uint8)
+    return (b * weights).sum(axis=-1, dtype=np.uint16).astype(np.uint8)      # [..., 16]
+
+
+def turbo_quantize(x, bits):
+    """Uniform mid-rise n-bit quantizer over groups of 16 on the last axis (no rotation here).
+
+    Per group, in float32, with L = (2**n - 1) / 2: amax = max|x|, d32 = amax / L,
+    d = float16(d32), c = clamp(floor(x · (1/d32) + 2**(n-1)), 0, 2**n - 1)
+    (1/d32 taken as 0 when d32 == 0, so an all-zero group codes 2**(n-1)).
+    Returns (codes uint8 [..., n // 16, 2 * bits], d float16 [..., n // 16]).
+    """
+    bits = _check_bits(bits)
+    x = _float32_array("x", x)
+    xg = _groups("x", x, TURBO_GROUP)                                        # [..., g, 16]
+    amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))                # [..., g]
+    d32 = amax / np.float32(((1 << bits) - 1) / 2)                           # [..., g] f32
+    with np.errstate(divide="ignore"):
+        inv = np.where(d32 != 0, np.float32(1) / d32, np.float32(0))         # [..., g] f32
+    c = np.floor(xg * inv[..., None] + np.float32(1 << (bits - 1)))          # [..., g, 16] f32
+    c = np.clip(c, 0, (1 << bits) - 1).astype(np.uint8)
+    return turbo_pack(c, bits), d32.astype(np.float16)
+
+
+def turbo_dequantize(codes, d, bits):
+    """(c - (2**bits - 1) / 2) * float32(d). Returns float32 [..., n]."""
+    bits = _check_bits(bits)
+    d = _typed_array("d", d, np.float16)
+    c = turbo_unpack(codes, bits)                                            # [..., g, 16]
+    if d.shape != c.shape[:-1]:
+        raise ValueError(f"d must have shape {c.shape[:-1]} (one scale per group of codes), "
+                         f"got {d.shape}")
+    level = c.astype(np.float32) - np.float32(((1 << bits) - 1) / 2)         # [..., g, 16]
+    y = level * d.astype(np.float32)[..., None]
+    return y.reshape(c.shape[:-2] + (c.shape[-2] * TURBO_GROUP,))
+
+
+# ---- bf16 -----------------------------------------------------------------------------------
+def bf16_bits(x):
+    """float32 -> uint16 bf16 bit patterns, round to nearest even."""
+    x = _float32_array("x", x)
+    return x.astype(ml_dtypes.bfloat16).view(np.uint16)
+
+
+def bf16_from_bits(b):
+    """uint16 bf16 bit patterns -> float32."""
+    b = _typed_array("b", b, np.uint16)
+    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def bf16_round(x):
+    """float32 -> nearest-even bf16 value, as float32."""
+    return bf16_from_bits(bf16_bits(x))
+
+
+# ---- one stored side ------------------------------------------------------------------------
+def _side_kinds(kind):
+    """Cache kind -> (k side kind, v side kind)."""
+    if kind not in CACHE_KINDS:
+        raise ValueError(f"kind must be one of {CACHE_KINDS}, got {kind!r}")
+    if kind.startswith("bf16k-"):
+        return "bf16", kind[len("bf16k-"):-1]                                # 'bf16k-turbo4v'
+    return kind, kind
+
+
+def _turbo_bits(side):
+    return int(side[len("turbo"):]) if side.startswith("turbo") else 0
+
+
+def _side_alloc(side, nkv, max_t, hd):
+    """Zeroed storage for one side (layout in the module docstring)."""
+    if side == "f32":
+        return {"data": np.zeros((nkv, max_t, hd), np.float32)}
+    if side == "bf16":
+        return {"data": np.zeros((nkv, max_t, hd), np.uint16)}
+    if side == "q8":
+        return {"q": np.zeros((nkv, max_t, hd), np.int8),
+                "d": np.zeros((nkv, max_t, hd // Q8_GROUP), np.float16)}
+    n = _turbo_bits(side)
+    return {"codes": np.zeros((nkv, max_t, hd // TURBO_GROUP, 2 * n), np.uint8),
+            "d": np.zeros((nkv, max_t, hd // TURBO_GROUP), np.float16)}
+
+
+def _side_encode(side, x):
+    """x float32 [nkv, nb, hd] (head-major) -> {array name: stored values [nkv, nb, ...]}.
+    Turbo sides rotate by the WHT over hd first."""
+    if side == "f32":
+        return {"data": x}
+    if side == "bf16":
+        return {"data": bf16_bits(x)}
+    if side == "q8":
+        q, d = q8_quantize(x)
+        return {"q": q, "d": d}
+    codes, d = turbo_quantize(wht(x), _turbo_bits(side))
+    return {"codes": codes, "d": d}
+
+
+def _side_decode(side, store, t_len):
+    """Stored tokens [0, t_len) -> float32 [nkv, t_len, hd] (rotated domain for turbo)."""
+    s = {name: a[:, :t_len] for name, a in store.items()}
+    if side == "f32":
+        return s["data"].copy()
+    if side == "bf16":
+        return bf16_from_bits(s["data"])
+    if side == "q8":
+        return q8_dequantize(s["q"], s["d"])
+    return turbo_dequantize(s["codes"], s["d"], _turbo_bits(side))
+
+
+def _side_bytes_per_head(side, hd):
+    if side == "f32":
+        return 4 * hd
+    if side == "bf16":
+        return 2 * hd
+    if side == "q8":
+        return hd + 2 * (hd // Q8_GROUP)
+    return (hd // TURBO_GROUP) * (2 * _turbo_bits(side) + 2)
+
+
+class KVCache:
+    """Per-sequence decode state: K/V as stored, raw indexer keys, block keys, length.
+
+    KVCache(cfg, max_t=4096, kind="f32"). Attributes: cfg, max_t, kind, k_kind, v_kind
+    ("f32" | "bf16" | "q8" | "turbo8" | ...), k_rotated, v_rotated, k_store, v_store (dicts of
+    arrays, layout in the module docstring), idx_keys, blk_keys (or None), and len(cache).
+    ``length`` (= len(cache)) is a plain attribute so a GPU cache's to_golden() can set it.
+    """
+
+    def __init__(self, cfg, max_t=4096, kind="f32"):
+        if not isinstance(cfg, AttnConfig):
+            raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
+        if isinstance(max_t, bool) or not isinstance(max_t, (int, np.integer)) or max_t < 1:
+            raise ValueError(f"max_t must be a positive int, got {max_t!r}")
+        k_kind, v_kind = _side_kinds(kind)
+        hd = cfg.head_dim
+        for side in (k_kind, v_kind):
+            if side == "q8" and hd % Q8_GROUP:
+                raise ValueError(f"head_dim ({hd}) must be a multiple of {Q8_GROUP} for kind {kind!r}")
+            if side.startswith("turbo") and (hd % TURBO_GROUP or hd & (hd - 1)):
+                raise ValueError(f"head_dim ({hd}) must be a power of two and a multiple of "
+                                 f"{TURBO_GROUP} for kind {kind!r} (WHT over head_dim)")
+        self.cfg, self.max_t, self.kind = cfg, int(max_t), kind
+        self.k_kind, self.v_kind = k_kind, v_kind
+        self.k_rotated, self.v_rotated = k_kind.startswith("turbo"), v_kind.startswith("turbo")
+        self.k_store = _side_alloc(k_kind, cfg.nkv, self.max_t, hd)
+        self.v_store = _side_alloc(v_kind, cfg.nkv, self.max_t, hd)
+        if cfg.has_indexer:
+            ihd, R = cfg.indexer_head_dim, cfg.indexer_compress_ratio
+            self.idx_keys = np.zeros((self.max_t, ihd), np.float32)          # [max_t, ihd]
+            self.blk_keys = np.zeros((self.max_t // R, ihd), np.float32)     # [max_t // R, ihd]
+        else:
+            self.idx_keys = self.blk_keys = None
+        self.length = 0
+
+    def __len__(self):
+        return self.length
+
+    def __repr__(self):
+        return (f"KVCache(kind={self.kind!r}, len={self.length}, max_t={self.max_t}, "
+                f"nkv={self.cfg.nkv}, head_dim={self.cfg.head_dim})")
+
+    def append(self, k, v, index_k=None):
+        """Store nb tokens at positions len(self) .. len(self)+nb-1 and advance the length.
+
+        k, v: float32 [nb, nkv, hd] (after q/k norm and RoPE, unrotated); rotated and
+        quantized here by kind. index_k: raw indexer keys [nb, ihd] (required iff the config
+        has an indexer). Block keys are NOT computed here (they need weights): the layer calls
+        golden.indexer.update_block_keys after append. Past max_t -> ValueError.
+        """
+        cfg = self.cfg
+        k = _typed_array("k", k, np.float32)
+        v = _typed_array("v", v, np.float32)
+        if k.ndim != 3 or k.shape[1:] != (cfg.nkv, cfg.head_dim):
+            raise ValueError(f"k must be [nb, {cfg.nkv}, {cfg.head_dim}], got shape {k.shape}")
+        if v.shape != k.shape:
+            raise ValueError(f"v must have k's shape {k.shape}, got {v.shape}")
+        nb = k.shape[0]
+        if cfg.has_indexer:
+            if index_k is None:
+                raise ValueError("index_k is required: the config has an indexer")
+            index_k = _typed_array("index_k", index_k, np.float32)
+            if index_k.shape != (nb, cfg.indexer_head_dim):
+                raise ValueError(f"index_k must be [{nb}, {cfg.indexer_head_dim}], "
+                                 f"got shape {index_k.shape}")
+        elif index_k is not None:
+            raise ValueError("index_k must be None: the config has no indexer")
+        t0, t1 = self.length, self.length + nb
+        if t1 > self.max_t:
+            raise ValueError(f"k: appending {nb} tokens to {t0} stored exceeds max_t={self.max_t}")
+        for side, store, x in ((self.k_kind, self.k_store, k), (self.v_kind, self.v_store, v)):
+            for name, a in _side_encode(side, x.transpose(1, 0, 2)).items():  # [nkv, nb, ...]
+                store[name][:, t0:t1] = a
+        if cfg.has_indexer:
+            self.idx_keys[t0:t1] = index_k
+        self.length = t1
+
+    def _t_len(self, t_len):
+        if t_len is None:
+            return self.length
+        if isinstance(t_len, bool) or not isinstance(t_len, (int, np.integer)):
+            raise TypeError(f"t_len must be an int, got {type(t_len).__name__}")
+        if not 0 <= t_len <= self.length:
+            raise ValueError(f"t_len must be in [0, {self.length}] (tokens stored), got {t_len}")
+        return int(t_len)
+
+    def keys(self, t_len=None):
+        """Dequantized stored keys float32 [nkv, t_len, hd] (WHT-rotated iff k_rotated)."""
+        return _side_decode(self.k_kind, self.k_store, self._t_len(t_len))
+
+    def values(self, t_len=None):
+        """Dequantized stored values float32 [nkv, t_len, hd] (WHT-rotated iff v_rotated)."""
+        return _side_decode(self.v_kind, self.v_store, self._t_len(t_len))
+
+    def nbytes_per_token(self):
+        """Bytes of K+V storage per token (all kv heads), scales included."""
+        hd, nkv = self.cfg.head_dim, self.cfg.nkv
+        return nkv * (_side_bytes_per_head(self.k_kind, hd) + _side_bytes_per_head(self.v_kind, hd))
+
+    def copy(self):
+        """An independent deep copy (stored arrays, indexer keys, length)."""
+        new = object.__new__(KVCache)
+        new.__dict__.update(self.__dict__)
+        new.k_store = {name: a.copy() for name, a in self.k_store.items()}
+        new.v_store = {name: a.copy() for name, a in self.v_store.items()}
+        if self.idx_keys is not None:
+            new.idx_keys, new.blk_keys = self.idx_keys.copy(), self.blk_keys.copy()
+        return new

@@ -1,0 +1,105 @@
+"""Shared plumbing for the GPU stages: CuPy import, kernel source lookup, module cache, and the
+argument checks every wrapper runs before a launch (kernels never see a bad argument)."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent.parent
+
+
+def kernels_dir() -> Path:
+    """kernels_cuda/: shipped inside the package when installed, at the repo root in a checkout."""
+    for cand in (_PKG / "kernels_cuda", _PKG.parent / "kernels_cuda"):
+        if cand.is_dir() and any(cand.glob("*.cu")):
+            return cand
+    raise FileNotFoundError(f"kernels_cuda/ not found next to {_PKG}")
+
+
+def kernel_source(name: str) -> str:
+    """The text of kernels_cuda/<name>.cu (what the notebooks show and NVRTC compiles)."""
+    return (kernels_dir() / f"{name}.cu").read_text()
+
+
+def cupy():
+    """Import CuPy and check a device is present; raise a RuntimeError that says what is missing."""
+    try:
+        import cupy as cp
+    except ImportError as e:
+        raise RuntimeError(
+            "qwenref.gpu needs CuPy and an NVIDIA GPU: pip install 'qwenref[gpu]' "
+            f"(cupy-cuda13x) ({e})") from None
+    try:
+        n = cp.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDA driver missing or broken
+        raise RuntimeError(f"qwenref.gpu: CuPy is installed but no CUDA device is usable ({e})") from None
+    if n == 0:
+        raise RuntimeError("qwenref.gpu: CuPy is installed but no CUDA device was found")
+    return cp
+
+
+def available() -> bool:
+    """True when CuPy imports and a CUDA device is present (tests skip otherwise)."""
+    try:
+        cupy()
+        return True
+    except RuntimeError:
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def module(name: str, options: tuple = ()):
+    """kernels_cuda/<name>.cu compiled by NVRTC once per process (CuPy also caches on disk)."""
+    cp = cupy()
+    opts = ("--std=c++17", "-default-device", *_include_opts()) + tuple(options)
+    return cp.RawModule(code=kernel_source(name), options=opts, name_expressions=None)
+
+
+def _include_opts():
+    """NVRTC needs the toolkit's include dir for cuda_fp16.h / cuda_bf16.h."""
+    import os
+    cands = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    try:
+        import cupy as cp
+        cands.insert(0, cp.cuda.get_cuda_path())
+    except Exception:
+        pass
+    for c in cands:
+        if c and (Path(c) / "include" / "cuda_fp16.h").exists():
+            return (f"-I{Path(c) / 'include'}",)
+    return ()
+
+
+def kernel(module_name: str, fn: str, options: tuple = ()):
+    return module(module_name, options).get_function(fn)
+
+
+# ---- argument checks ----------------------------------------------------------------------
+
+def check_array(name, a, dtype=None, shape=None, ndim=None):
+    """a must be a C-contiguous CuPy array on the current device, of this dtype and shape
+    (shape entries of None match anything). Raises TypeError/ValueError naming the argument."""
+    cp = cupy()
+    if not isinstance(a, cp.ndarray):
+        raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {type(a).__name__}")
+    if a.device.id != cp.cuda.Device().id:
+        raise ValueError(f"{name} is on device {a.device.id}, expected {cp.cuda.Device().id}")
+    if dtype is not None and a.dtype != cp.dtype(dtype):
+        raise TypeError(f"{name} must have dtype {cp.dtype(dtype)}, got {a.dtype}")
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dims, got shape {a.shape}")
+    if shape is not None:
+        if a.ndim != len(shape) or any(s is not None and s != d for s, d in zip(shape, a.shape)):
+            want = tuple("*" if s is None else s for s in shape)
+            raise ValueError(f"{name} must have shape {want}, got {a.shape}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    return a
+
+
+def out_array(name, out, shape, dtype):
+    """Return `out` after checking it, or a fresh empty array (wrappers allocate, kernels never)."""
+    cp = cupy()
+    if out is None:
+        return cp.empty(shape, dtype=dtype)
+    return check_array(name, out, dtype=dtype, shape=tuple(shape))

@@ -1,0 +1,273 @@
+"""attention on the GPU — split-T decode partials, LSE combine, inverse WHT and gate
+(kernels_cuda/attention.cu).
+
+Same meaning as qwenref.golden.attention, for a whole batch of rows over a gpu.KVCache: row b
+sees t_len = base_pos + b + 1 tokens densely, or, where sel_n[b] > 0, the sel_n[b] tokens
+sel_idx[b, :sel_n[b]]. Golden works in float64; the kernels in float32 (TUNING.md and the .cu
+header say where the sums differ).
+
+Shape letters: nb rows, nh q heads, nkv kv heads, hd head_dim, S splits, W selection width.
+
+    m, l, o = attn_partials(q, cache, base_pos)      # [nb, S, nh], [nb, S, nh], [nb, S, nh, hd]
+    y, lse2 = attn_combine(m, l, o, inverse_wht=cache.v_rotated, gate=gate)
+    y = decode_attention(q, cache, base_pos, gate=gate)   # the two above, one launch each
+
+Row b's splits are golden's split_bounds(n_vis_b, S), so partials compare with
+golden.attn_partials on the same row with the same n_splits.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._runtime import check_array, cupy, kernel, out_array
+
+__all__ = ["decode_attention", "attn_partials", "attn_combine", "auto_n_splits",
+           "KIND_PAIRS", "HEAD_DIMS", "MAX_SPLITS"]
+
+# (k side, v side) -> kernel suffix; the kernels are attn_partials_<suffix>
+KIND_PAIRS = {
+    ("f32", "f32"): "f32_f32", ("bf16", "bf16"): "bf16_bf16", ("q8", "q8"): "q8_q8",
+    ("turbo8", "turbo8"): "turbo8_turbo8", ("turbo4", "turbo4"): "turbo4_turbo4",
+    ("turbo3", "turbo3"): "turbo3_turbo3", ("turbo2", "turbo2"): "turbo2_turbo2",
+    ("bf16", "turbo4"): "bf16_turbo4", ("bf16", "turbo3"): "bf16_turbo3",
+    ("bf16", "turbo2"): "bf16_turbo2",
+}
+HEAD_DIMS = (64, 128, 256)
+MAX_SPLITS = 1024               # the combine keeps one weight per split in shared memory
+CHUNK = 32                      # split bounds are whole 32-token chunks (golden)
+LOG2E = 1.0 / math.log(2.0)
+_NWARP = 4                      # ATTN_NWARP in the .cu (threads per partials CTA = 128)
+_DEFAULT_SHAPE = (256, 6)       # the .cu's ATTN_HD, ATTN_NREP defaults: no -D options needed
+_SMEM_LIMIT = 48 * 1024         # the warp-merge buffer is static shared memory
+_NULL = np.uint64(0)            # CuPy passes None as 0xffffffff, not NULL
+
+# Extra NVRTC options for the partials kernels, for tuning sweeps (TUNING.md), e.g.
+# ("-DATTN_TT=2", "-DATTN_MINB=2"). ATTN_NWARP also needs _NWARP changed to match.
+TUNING_OPTIONS: tuple = ()
+
+
+# ---- argument checks ---------------------------------------------------------------------
+def _int_arg(name, x, lo):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
+    if x < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {x}")
+    return int(x)
+
+
+def _sparse_arg(sparse_v):
+    if isinstance(sparse_v, (bool, np.bool_)) or not isinstance(sparse_v, (int, float, np.number)):
+        raise TypeError(f"sparse_v must be a float, got {type(sparse_v).__name__}")
+    sparse_v = float(sparse_v)
+    if not 0.0 <= sparse_v < 1.0:
+        raise ValueError(f"sparse_v must be in [0, 1), got {sparse_v!r}")
+    return sparse_v
+
+
+def _side_arrays(which, side, store, nkv, hd):
+    """(data, scale or None, max_t) of one stored side, after checking its layout."""
+    if not isinstance(store, dict):
+        raise TypeError(f"cache.{which}_store must be a dict of cupy arrays")
+    try:
+        if side in ("f32", "bf16"):
+            data = store["data"]
+            check_array(f"cache.{which}_store['data']", data,
+                        np.float32 if side == "f32" else np.uint16, (nkv, None, hd))
+            return data, None, data.shape[1]
+        if side == "q8":
+            data, scale = store["q"], store["d"]
+            check_array(f"cache.{which}_store['q']", data, np.int8, (nkv, None, hd))
+            check_array(f"cache.{which}_store['d']", scale, np.float16,
+                        (nkv, data.shape[1], hd // 32))
+            return data, scale, data.shape[1]
+        n = int(side[len("turbo"):])
+        data, scale = store["codes"], store["d"]
+        check_array(f"cache.{which}_store['codes']", data, np.uint8, (nkv, None, hd // 16, 2 * n))
+        check_array(f"cache.{which}_store['d']", scale, np.float16,
+                    (nkv, data.shape[1], hd // 16))
+        return data, scale, data.shape[1]
+    except KeyError as e:
+        raise ValueError(f"cache.{which}_store lacks {e.args[0]!r} for side kind {side!r}") from None
+
+
+def _check_cache(cache):
+    for a in ("cfg", "k_kind", "v_kind", "k_store", "v_store", "k_rotated", "v_rotated"):
+        if not hasattr(cache, a):
+            raise TypeError(f"cache must be a qwenref.gpu.KVCache (no attribute {a!r}), "
+                            f"got {type(cache).__name__}")
+    pair = (cache.k_kind, cache.v_kind)
+    if pair not in KIND_PAIRS:
+        raise ValueError(f"cache kinds (k {pair[0]!r}, v {pair[1]!r}) have no kernel; "
+                         f"supported: {sorted(KIND_PAIRS)}")
+    cfg = cache.cfg
+    if cfg.head_dim not in HEAD_DIMS:
+        raise ValueError(f"cache.cfg.head_dim must be one of {HEAD_DIMS}, got {cfg.head_dim}")
+    if _NWARP * cfg.n_rep * cfg.head_dim * 4 + 1024 > _SMEM_LIMIT:
+        raise ValueError(f"n_rep * head_dim = {cfg.n_rep} * {cfg.head_dim} is too large for the "
+                         f"partials kernel's shared-memory merge (at most "
+                         f"{(_SMEM_LIMIT - 1024) // (4 * _NWARP)})")
+    kd, ks, kt = _side_arrays("k", cache.k_kind, cache.k_store, cfg.nkv, cfg.head_dim)
+    vd, vs, vt = _side_arrays("v", cache.v_kind, cache.v_store, cfg.nkv, cfg.head_dim)
+    if kt != vt:
+        raise ValueError(f"cache k and v stores hold {kt} and {vt} tokens (max_t must agree)")
+    return kd, ks, vd, vs, kt
+
+
+def _check_rows(q, cache, base_pos, sel_idx, sel_n):
+    """Common checks of attn_partials / decode_attention; returns (nb, W or 0)."""
+    cfg = cache.cfg
+    check_array("q", q, np.float32, (None, cfg.nh, cfg.head_dim))
+    nb = q.shape[0]
+    if nb < 1:
+        raise ValueError("q must hold at least one row")
+    base_pos = _int_arg("base_pos", base_pos, 0)
+    if base_pos + nb > len(cache):
+        raise ValueError(f"base_pos + nb = {base_pos} + {nb} exceeds len(cache) = {len(cache)}: "
+                         f"row b sees tokens [0, base_pos + b] and they must be stored")
+    if (sel_idx is None) != (sel_n is None):
+        raise ValueError("sel_idx and sel_n must be given together (or neither)")
+    width = 0
+    if sel_n is not None:
+        check_array("sel_n", sel_n, np.int32, (nb,))
+        check_array("sel_idx", sel_idx, np.int32, (nb, None))
+        width = sel_idx.shape[1]
+        if width < 1:
+            raise ValueError(f"sel_idx must have at least one column, got shape {sel_idx.shape}")
+    return nb, base_pos, width
+
+
+def _shape_options(hd, n_rep):
+    shape = () if (hd, n_rep) == _DEFAULT_SHAPE else (f"-DATTN_HD={hd}", f"-DATTN_NREP={n_rep}")
+    return shape + tuple(TUNING_OPTIONS)
+
+
+def _partials_kernel(cache):
+    cfg = cache.cfg
+    name = "attn_partials_" + KIND_PAIRS[(cache.k_kind, cache.v_kind)]
+    return kernel("attention", name, _shape_options(cfg.head_dim, cfg.n_rep))
+
+
+# ---- split count -------------------------------------------------------------------------
+def auto_n_splits(kern, n_vis_max, nkv, nb):
+    """Enough CTAs for one full wave: n_SM * (CTAs per SM the kernel's registers allow) CTAs,
+    S = ceil(that / (nkv * nb)), clamped to [1, min(chunks of the longest row, MAX_SPLITS)]."""
+    cp = cupy()
+    dev = cp.cuda.Device()
+    n_sm = dev.attributes["MultiProcessorCount"]
+    regs = max(int(kern.num_regs), 1)
+    regs_per_warp = -(-regs * 32 // 256) * 256                 # allocation unit: 256 per warp
+    warps = min(65536 // regs_per_warp, 64)
+    per_sm = max(warps // _NWARP, 1)
+    chunks = max(-(-n_vis_max // CHUNK), 1)
+    s = -(-n_sm * per_sm // (nkv * nb))
+    return max(1, min(s, chunks, MAX_SPLITS))
+
+
+# ---- partials ----------------------------------------------------------------------------
+def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None, sel_n=None,
+                  *, m_out=None, l_out=None, o_out=None):
+    """Per row b, split i and q head h over the row's visible tokens (base 2):
+    s = q.k * hd**-0.5 * log2(e); m = max s; l = sum 2**(s - m); o = sum 2**(s - m) * v.
+
+    q: cupy float32 [nb, nh, hd], unrotated (rotated by the WHT inside when cache.k_rotated).
+    Row b: dense over t_len = base_pos + b + 1 tokens, or, when sel_n is given and sel_n[b] > 0,
+    the tokens sel_idx[b, :sel_n[b]] (int32, ascending, each < t_len; sel_n is clipped to W).
+    Splits: golden split_bounds(n_vis_b, S); S = n_splits, or m_out.shape[1] when m_out is given,
+    or auto_n_splits. sparse_v > 0 drops from o a subset of the tokens golden drops (the .cu
+    header states the bound). Returns (m [nb, S, nh] (-inf for empty splits), l [nb, S, nh],
+    o [nb, S, nh, hd]), float32; m_out / l_out / o_out are used when given (graph capture).
+    """
+    kd, ks, vd, vs, max_t = _check_cache(cache)
+    nb, base_pos, width = _check_rows(q, cache, base_pos, sel_idx, sel_n)
+    sparse_v = _sparse_arg(sparse_v)
+    cfg = cache.cfg
+    nh, nkv, hd = cfg.nh, cfg.nkv, cfg.head_dim
+    kern = _partials_kernel(cache)
+    if n_splits is None and m_out is not None:
+        check_array("m_out", m_out, np.float32, (nb, None, nh))
+        n_splits = m_out.shape[1]
+    if n_splits is None:
+        n_vis_max = base_pos + nb if sel_n is None else min(base_pos + nb, max(width, 1))
+        n_splits = auto_n_splits(kern, n_vis_max, nkv, nb)
+    n_splits = _int_arg("n_splits", n_splits, 1)
+    if n_splits > MAX_SPLITS:
+        raise ValueError(f"n_splits must be <= {MAX_SPLITS}, got {n_splits}")
+    S = n_splits
+    m = out_array("m_out", m_out, (nb, S, nh), np.float32)
+    l = out_array("l_out", l_out, (nb, S, nh), np.float32)
+    o = out_array("o_out", o_out, (nb, S, nh, hd), np.float32)
+    qscale = np.float32(hd ** -0.5 * LOG2E)
+    kern((nb, nkv, S), (32 * _NWARP,),
+         (q, kd, ks if ks is not None else _NULL, vd, vs if vs is not None else _NULL,
+          np.int32(max_t), np.int32(base_pos),
+          sel_idx if sel_idx is not None else _NULL, sel_n if sel_n is not None else _NULL,
+          np.int32(width), qscale, np.float32(sparse_v), m, l, o))
+    return m, l, o
+
+
+# ---- combine -----------------------------------------------------------------------------
+def _combine(m, l, o, inverse_wht, gate, out, lse_out):
+    check_array("m", m, np.float32, ndim=3)
+    nb, S, nh = m.shape
+    check_array("l", l, np.float32, (nb, S, nh))
+    check_array("o", o, np.float32, (nb, S, nh, None))
+    hd = o.shape[3]
+    if S < 1 or S > MAX_SPLITS:
+        raise ValueError(f"m must hold 1..{MAX_SPLITS} splits, got shape {m.shape}")
+    if hd % 32 or not 32 <= hd <= 1024:
+        raise ValueError(f"o's head_dim must be a multiple of 32 in 32..1024, got {hd}")
+    if inverse_wht and (hd < 16 or hd & (hd - 1)):
+        raise ValueError(f"inverse_wht needs a power-of-two head_dim >= 16, got {hd}")
+    if gate is not None:
+        check_array("gate", gate, np.float32, (nb, nh, hd))
+    out = out_array("out", out, (nb, nh, hd), np.float32)
+    if lse_out is not None:
+        check_array("lse_out", lse_out, np.float32, (nb, nh))
+    kernel("attention", "attn_combine")(
+        (nh, nb), (hd,),
+        (m, l, o, np.int32(S), gate if gate is not None else _NULL, np.int32(bool(inverse_wht)),
+         out, lse_out if lse_out is not None else _NULL))
+    return out
+
+
+def attn_combine(m, l, o, inverse_wht=False, gate=None, out=None, lse_out=None):
+    """Per row and q head: M = max m_i; L = sum 2**(m_i - M) l_i; out = sum 2**(m_i - M) o_i / L;
+    then the inverse WHT over hd when inverse_wht (V rotated); then out * sigmoid(gate).
+
+    m, l: cupy float32 [nb, S, nh]; o: [nb, S, nh, hd]; gate: optional [nb, nh, hd].
+    Returns (out [nb, nh, hd], lse2 [nb, nh] = M + log2 L), float32. Empty splits add nothing.
+    """
+    if lse_out is None:
+        check_array("m", m, np.float32, ndim=3)
+        lse_out = cupy().empty(m.shape[::2], np.float32)
+    out = _combine(m, l, o, inverse_wht, gate, out, lse_out)
+    return out, lse_out
+
+
+# ---- the whole decode attention -------------------------------------------------------------
+def decode_attention(q, cache, base_pos, gate=None, n_splits=None, sparse_v=0.0, sel_idx=None,
+                     sel_n=None, out=None, *, partials=None):
+    """Split-T decode attention of nb rows: attn_partials -> combine -> inverse WHT (when
+    cache.v_rotated) -> * sigmoid(gate) (when gate is given). Two launches for all rows.
+
+    q: cupy float32 [nb, nh, hd] (unrotated); gate: optional float32 [nb, nh, hd]; partials:
+    optional (m, l, o) buffers for attn_partials (graph capture: no allocation inside).
+    Returns out float32 [nb, nh, hd].
+    """
+    _check_cache(cache)
+    nb, _, _ = _check_rows(q, cache, base_pos, sel_idx, sel_n)
+    cfg = cache.cfg
+    if gate is not None:
+        check_array("gate", gate, np.float32, (nb, cfg.nh, cfg.head_dim))
+    if out is not None:
+        check_array("out", out, np.float32, (nb, cfg.nh, cfg.head_dim))
+    m_out = l_out = o_out = None
+    if partials is not None:
+        if not isinstance(partials, (tuple, list)) or len(partials) != 3:
+            raise TypeError("partials must be a tuple (m, l, o) of cupy float32 buffers")
+        m_out, l_out, o_out = partials
+    m, l, o = attn_partials(q, cache, base_pos, n_splits, sparse_v, sel_idx, sel_n,
+                            m_out=m_out, l_out=l_out, o_out=o_out)
+    return _combine(m, l, o, bool(cache.v_rotated), gate, out, None)

@@ -1,0 +1,170 @@
+"""gemv — the layer's projections on the GPU: f32 through cuBLAS, and Q8_0 weight-only GEMV.
+
+Same meaning as golden.layer.linear / golden.layer.quantize_weight_q8:
+  linear(x, w)          y = x @ w.T, float32 (cuBLAS sgemm, no TF32)
+  q8_weight(w)          (q int8 [out, in], d f16 [out, in // 32]), bit-exact with golden.q8_quantize
+  gemv_q8(x, q, d)      y = x @ (q · float32(d)).T, float32 accumulate (kernels_cuda/gemv.cu)
+
+Shape letters: nb rows (decode tokens), n_in input features, n_out output features.
+"""
+from __future__ import annotations
+
+from ._runtime import check_array, cupy, kernel, out_array
+
+__all__ = ["linear", "q8_weight", "gemv_q8"]
+
+_ROWS_PER_BLOCK = 16     # gemv.cu: 128 threads = 4 warps x 4 output rows
+_MAX_NB = 8              # gemv_q8_nb1 .. gemv_q8_nb8
+
+
+def _k(fn):
+    return kernel("gemv", fn)
+
+
+def _check_x(x, n_in=None):
+    check_array("x", x, dtype="float32", ndim=2)
+    if n_in is not None and x.shape[1] != n_in:
+        raise ValueError(f"x must have shape [nb, {n_in}], got {x.shape}")
+    if x.shape[0] < 1:
+        raise ValueError(f"x must have at least one row, got shape {x.shape}")
+    return x
+
+
+def linear(x, w, out=None):
+    """y = x @ w.T in float32 through cuBLAS. x [nb, in], w [out, in] -> [nb, out]."""
+    cp = cupy()
+    from cupy import cublas
+    check_array("w", w, dtype="float32", ndim=2)
+    _check_x(x)
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"x [nb, {x.shape[1]}] and w [out, {w.shape[1]}] disagree on the "
+                         f"input dim")
+    y = out_array("out", out, (x.shape[0], w.shape[0]), cp.float32)
+    cublas.gemm("N", "T", x, w, out=y)               # C-contiguous all round: one sgemm, no copy
+    return y
+
+
+def q8_weight(w, q_out=None, d_out=None):
+    """Quantize weight rows with Q8_0 (groups of 32 along the input dim), on the GPU.
+
+    w float32 [out, in], in % 32 == 0 -> (q int8 [out, in], d float16 [out, in // 32]),
+    bit-exact with golden.q8_quantize(w).
+    """
+    cp = cupy()
+    check_array("w", w, dtype="float32", ndim=2)
+    n_out, n_in = w.shape
+    if n_in % 32:
+        raise ValueError(f"w's input dim ({n_in}) must be a multiple of 32 for Q8_0")
+    q = out_array("q_out", q_out, (n_out, n_in), cp.int8)
+    d = out_array("d_out", d_out, (n_out, n_in // 32), cp.float16)
+    n_groups = n_out * (n_in // 32)
+    if n_groups:
+        blocks = min((n_groups + 7) // 8, 132 * 64)   # 8 warps (groups) per block, grid-stride
+        _k("q8_quantize_rows")((blocks,), (256,), (w, q, d, cp.int64(n_groups)))
+    return q, d
+
+
+def _check_q8(q, d, n_in=None):
+    check_array("q", q, dtype="int8", ndim=2)
+    n_out, k = q.shape
+    if n_in is not None and k != n_in:
+        raise ValueError(f"q must have shape [n_out, {n_in}] to match x, got {q.shape}")
+    if k % 32:
+        raise ValueError(f"q's input dim ({k}) must be a multiple of 32 (Q8_0 groups)")
+    check_array("d", d, dtype="float16", shape=(n_out, k // 32))
+    if q.data.ptr % 16:
+        raise ValueError("q must start on a 16-byte boundary (the kernel loads 16 bytes at once)")
+    return n_out, k
+
+
+def _launch_q8(x, q, d, y, ends=None, mode=0, resid=None):
+    """One gemv.cu launch per chunk of <= 8 rows (one launch in total for nb <= 8).
+
+    ends: up to 4 segment ends (see gemv.cu); mode 0 plain (+ resid), 1 SwiGLU (interleaved
+    gate/up rows -> y [nb, n_out // 2]). Arguments are checked by the callers.
+    """
+    cp = cupy()
+    nb, n_in = x.shape
+    n_out = q.shape[0]
+    e = list(ends or ()) + [n_out] * (4 - len(ends or ()))
+    grid = ((n_out + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK,)
+    for b0 in range(0, nb, _MAX_NB):
+        n = min(_MAX_NB, nb - b0)
+        xs = x[b0:b0 + n]                               # contiguous rows, 16-byte aligned
+        rs = cp.uint64(0) if resid is None else resid  # NULL: no residual
+        _k(f"gemv_q8_nb{n}")(grid, (128,), (
+            xs, q, d, y, rs, cp.int32(n_in), cp.int32(n_out), cp.int32(e[0]), cp.int32(e[1]),
+            cp.int32(e[2]), cp.int32(e[3]), cp.int32(b0), cp.int32(nb), cp.int32(mode)))
+    return y
+
+
+def gemv_q8(x, q, d, out=None, residual=None):
+    """y = x @ (q · float32(d)).T (+ residual), float32. x [nb, in], q int8 [out, in],
+    d float16 [out, in // 32] -> [nb, out]. Weights are read once for up to 8 rows."""
+    cp = cupy()
+    _check_x(x)
+    n_out, _ = _check_q8(q, d, x.shape[1])
+    nb = x.shape[0]
+    y = out_array("out", out, (nb, n_out), cp.float32)
+    if residual is not None:
+        check_array("residual", residual, dtype="float32", shape=(nb, n_out))
+    return _launch_q8(x, q, d, y, resid=residual)
+
+
+def gemv_q8_segments(x, q, d, seg_ends, out=None):
+    """Fused projection: rows of q cut at seg_ends (ascending, < 5 segments) -> a list of
+    contiguous [nb, len_s] float32 arrays (views of one flat buffer `out`, size nb·n_out)."""
+    cp = cupy()
+    _check_x(x)
+    n_out, _ = _check_q8(q, d, x.shape[1])
+    nb = x.shape[0]
+    ends = [int(e) for e in seg_ends]
+    if len(ends) > 4 or any(a > b for a, b in zip([0] + ends, ends + [n_out])):
+        raise ValueError(f"seg_ends must be at most 4 ascending ends in [0, {n_out}], got {ends}")
+    flat = out_array("out", out, (nb * n_out,), cp.float32)
+    _launch_q8(x, q, d, flat, ends=ends)
+    bounds = [0] + ends + [n_out]
+    return [flat[nb * s:nb * e].reshape(nb, e - s) for s, e in zip(bounds, bounds[1:])]
+
+
+def gemv_q8_swiglu(x, q, d, out=None):
+    """act = silu(x @ Wg.T) * (x @ Wu.T) with q/d holding gate and up rows interleaved
+    (row 2i gate_i, row 2i+1 up_i). -> [nb, n_out // 2] float32."""
+    cp = cupy()
+    _check_x(x)
+    n_out, _ = _check_q8(q, d, x.shape[1])
+    if n_out % 2:
+        raise ValueError(f"q must hold interleaved gate/up rows (an even count), got {n_out}")
+    y = out_array("out", out, (x.shape[0], n_out // 2), cp.float32)
+    return _launch_q8(x, q, d, y, mode=1)
+
+
+def swiglu_interleaved(gu, out=None):
+    """act[b, i] = silu(gu[b, 2i]) * gu[b, 2i + 1] (the f32 path's gate/up epilogue)."""
+    cp = cupy()
+    check_array("gu", gu, dtype="float32", ndim=2)
+    nb, n2 = gu.shape
+    if n2 % 2:
+        raise ValueError(f"gu must have an even number of columns (gate/up pairs), got {gu.shape}")
+    act = out_array("out", out, (nb, n2 // 2), cp.float32)
+    n = nb * (n2 // 2)
+    _k("swiglu_interleaved")(((n + 255) // 256,), (256,), (gu, act, cp.int32(nb), cp.int32(n2 // 2)))
+    return act
+
+
+def interleave_rows(a, b):
+    """Rows a_0, b_0, a_1, b_1, ... (numpy or cupy, same shape) — the gate/up layout above."""
+    if a.shape != b.shape:
+        raise ValueError(f"gate and up weights must have one shape, got {a.shape} and {b.shape}")
+    mod = type(a).__module__.split(".")[0]
+    xp = cupy() if mod == "cupy" else __import__("numpy")
+    out = xp.empty((2 * a.shape[0],) + a.shape[1:], dtype=a.dtype)
+    out[0::2], out[1::2] = a, b
+    return out
+
+
+def spin_wait(ns):
+    """Keep the GPU busy for ns nanoseconds on the current stream (see gemv.cu): launched before
+    a timed region, it lets the host queue the region's launches so events time the GPU only."""
+    cp = cupy()
+    _k("spin_wait")((1,), (1,), (cp.uint64(int(ns)),))

@@ -1,0 +1,206 @@
+"""indexer on the GPU — QSA queries, block keys, block scores and top-k block selection
+(kernels_cuda/indexer.cu).
+
+Same meaning as qwenref.golden.indexer, batched: every function handles all nb rows in one
+launch per stage. Shape letters: nb rows, inh indexer heads, ihd indexer head width, R compress
+ratio, kblk kept blocks, nblk = max_t // R block slots, W = kblk*R + R selection width.
+
+    q = indexer_queries(q_raw, q_norm_w, positions, cfg.indexer_rotary_dim, cfg.rope_theta)
+    update_block_keys(cache, k_norm_w, cfg, t0, t1)            # after cache.append
+    sel_idx, sel_n, mask = select_rows(q, cache, base_pos, cfg)
+    y = gpu.decode_attention(q_attn, cache, base_pos, sel_idx=sel_idx, sel_n=sel_n)
+
+Precision: block means and scores are summed in float64 and rounded once, RoPE runs in float64,
+as golden does, so GPU scores equal golden's float32 scores except in rare last-bit cases.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._runtime import check_array, kernel, out_array
+
+__all__ = ["indexer_queries", "update_block_keys", "block_scores", "select_rows",
+           "MAX_BLOCKS", "MAX_IHD"]
+
+MAX_IHD = 512               # MAX_IHD in indexer.cu (the norm/RoPE vector lives in smem)
+MAX_BLOCKS = 1024 * 8       # SEL_THREADS * SEL_ITEMS in indexer.cu
+_SCORE_WARPS = 8            # block keys per scoring CTA (256 threads)
+_SMEM_LIMIT = 48 * 1024
+
+
+def _int_arg(name, x, lo):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
+    if x < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {x}")
+    return int(x)
+
+
+def _float_arg(name, x):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.number)):
+        raise TypeError(f"{name} must be a float, got {type(x).__name__}")
+    return float(x)
+
+
+def _rotary_arg(rotary_dim, width):
+    rotary_dim = _int_arg("rotary_dim", rotary_dim, 0)
+    if rotary_dim % 2 or rotary_dim > width:
+        raise ValueError(f"rotary_dim must be even and <= {width}, got {rotary_dim}")
+    return rotary_dim
+
+
+def _ihd_arg(name, ihd):
+    if not 1 <= ihd <= MAX_IHD:
+        raise ValueError(f"{name}: indexer head width must be in 1..{MAX_IHD}, got {ihd}")
+    return ihd
+
+
+def _indexer_state(cache):
+    """cache.idx_keys [max_t, ihd], cache.blk_keys [nblk, ihd] (cupy float32)."""
+    for a in ("cfg", "idx_keys", "blk_keys"):
+        if not hasattr(cache, a):
+            raise TypeError(f"cache must be a qwenref.gpu.KVCache (no attribute {a!r}), "
+                            f"got {type(cache).__name__}")
+    if cache.idx_keys is None or cache.blk_keys is None:
+        raise ValueError("cache holds no indexer state (idx_keys / blk_keys are None)")
+    check_array("cache.idx_keys", cache.idx_keys, np.float32, ndim=2)
+    ihd = cache.idx_keys.shape[1]
+    check_array("cache.blk_keys", cache.blk_keys, np.float32, (None, ihd))
+    return cache.idx_keys, cache.blk_keys
+
+
+def _check_cfg(cfg):
+    if not getattr(cfg, "has_indexer", False):
+        raise ValueError("cfg has no indexer (indexer_* fields unset)")
+    return cfg
+
+
+# ---- queries -----------------------------------------------------------------------------
+def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6, out=None):
+    """rope(rms_norm(q_raw, q_norm_w), positions) per head (zero-centred norm, rotate-half RoPE
+    on the first rotary_dim dims, float64 angles and rotation).
+
+    q_raw: cupy float32 [nb, inh, ihd]; q_norm_w: float32 [ihd]; positions: int32 [nb].
+    Returns out float32 [nb, inh, ihd] (may be q_raw itself).
+    """
+    check_array("q_raw", q_raw, np.float32, ndim=3)
+    nb, inh, ihd = q_raw.shape
+    _ihd_arg("q_raw", ihd)
+    check_array("q_norm_w", q_norm_w, np.float32, (ihd,))
+    check_array("positions", positions, np.int32, (nb,))
+    rotary_dim = _rotary_arg(rotary_dim, ihd)
+    theta = _float_arg("theta", theta)
+    if not theta > 0:
+        raise ValueError(f"theta must be > 0, got {theta!r}")
+    eps = _float_arg("eps", eps)
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps!r}")
+    out = out_array("out", out, (nb, inh, ihd), np.float32)
+    if nb * inh:
+        kernel("indexer", "indexer_norm_rope")(
+            (nb * inh,), (128,),
+            (q_raw, np.int32(ihd), np.int32(inh), positions, q_norm_w, np.float32(eps),
+             np.int32(rotary_dim), np.float64(theta), out))
+    return out
+
+
+# ---- block keys --------------------------------------------------------------------------
+def update_block_keys(cache, k_norm_w, cfg, t0, t1):
+    """Write cache.blk_keys[j] for every block that completes at a position in [t0, t1):
+    j in [t0 // R, t1 // R), bkey_j = rope(rms_norm(mean(idx_keys[jR : jR+R]), k_norm_w), jR).
+
+    k_norm_w: cupy float32 [ihd]. Norm eps, theta and rotary width from cfg. One launch.
+    Returns the updated block indices, numpy int64 [nj] (often empty).
+    """
+    _check_cfg(cfg)
+    idx_keys, blk_keys = _indexer_state(cache)
+    ihd = idx_keys.shape[1]
+    _ihd_arg("cache.idx_keys", ihd)
+    check_array("k_norm_w", k_norm_w, np.float32, (ihd,))
+    R = cfg.indexer_compress_ratio
+    t0 = _int_arg("t0", t0, 0)
+    t1 = _int_arg("t1", t1, 0)
+    if t1 < t0:
+        raise ValueError(f"t1 ({t1}) must be >= t0 ({t0})")
+    if t1 > len(cache):
+        raise ValueError(f"t1 ({t1}) must be <= len(cache) ({len(cache)})")
+    blocks = np.arange(t0 // R, t1 // R, dtype=np.int64)        # [nj]
+    if blocks.size and blocks[-1] >= blk_keys.shape[0]:
+        raise ValueError(f"cache.blk_keys has {blk_keys.shape[0]} rows, block "
+                         f"{int(blocks[-1])} does not fit")
+    if blocks.size:
+        kernel("indexer", "indexer_block_keys")(
+            (int(blocks.size),), (128,),
+            (idx_keys, np.int32(ihd), np.int32(R), np.int32(blocks[0]), k_norm_w,
+             np.float32(cfg.rms_norm_eps), np.int32(cfg.indexer_rotary_dim),
+             np.float64(cfg.rope_theta), blk_keys))
+    return blocks
+
+
+# ---- scoring and selection -----------------------------------------------------------------
+def _check_scoring(q, cache, base_pos):
+    _, blk_keys = _indexer_state(cache)
+    nblk, ihd = blk_keys.shape
+    check_array("q", q, np.float32, (None, None, ihd))
+    nb, inh, _ = q.shape
+    if nb < 1 or inh < 1:
+        raise ValueError(f"q must hold at least one row and one head, got shape {q.shape}")
+    if inh * ihd * 4 > _SMEM_LIMIT:
+        raise ValueError(f"q's heads * width = {inh} * {ihd} does not fit the scoring kernel's "
+                         f"shared memory ({_SMEM_LIMIT // 4} floats)")
+    base_pos = _int_arg("base_pos", base_pos, 0)
+    if base_pos + nb > len(cache):
+        raise ValueError(f"base_pos + nb = {base_pos} + {nb} exceeds len(cache) = {len(cache)}: "
+                         f"row b scores the blocks complete at position base_pos + b")
+    return nb, inh, ihd, nblk, base_pos
+
+
+def _launch_scores(q, blk_keys, nb, inh, ihd, nblk, base_pos, R, out):
+    kernel("indexer", "indexer_block_scores")(
+        (-(-nblk // _SCORE_WARPS), nb), (32 * _SCORE_WARPS,),
+        (q, blk_keys, np.int32(inh), np.int32(ihd), np.int32(nblk), np.int32(base_pos),
+         np.int32(R), np.float64(ihd ** -0.5), out),
+        shared_mem=inh * ihd * 4)
+
+
+def block_scores(q, cache, base_pos, out=None):
+    """score[b, j] = sum_h relu(q[b, h] . blk_keys[j]) * ihd**-0.5 for j < (base_pos+b+1)//R;
+    -inf for the rest of the row. q: cupy float32 [nb, inh, ihd] (normed + roped queries).
+    Returns out float32 [nb, nblk], nblk = cache.blk_keys.shape[0]. One launch."""
+    nb, inh, ihd, nblk, base_pos = _check_scoring(q, cache, base_pos)
+    out = out_array("out", out, (nb, nblk), np.float32)
+    if nblk:
+        _launch_scores(q, cache.blk_keys, nb, inh, ihd, nblk, base_pos,
+                       cache.cfg.indexer_compress_ratio, out)
+    return out
+
+
+def select_rows(q, cache, base_pos, cfg, *, sel_idx_out=None, sel_n_out=None, mask_out=None,
+                scores_out=None):
+    """Per row b at position t = base_pos + b with nc = (t+1)//R complete blocks: dense
+    (sel_n[b] = 0, block_mask[b, :nc] = 1) while nc <= kblk; else keep block nc-1 plus the
+    kblk-1 best others by block_scores (exact ties: lower index) and the tail [nc*R, t]:
+    sel_idx[b, :sel_n[b]] ascending, sel_n[b] = kblk*R + (t+1 - nc*R).
+
+    Returns (sel_idx int32 [nb, kblk*R + R] (-1 past sel_n[b]), sel_n int32 [nb],
+    block_mask uint8 [nb, nblk]). Two launches (scores, selection) for all rows; the *_out
+    buffers are used when given (graph capture).
+    """
+    _check_cfg(cfg)
+    nb, inh, ihd, nblk, base_pos = _check_scoring(q, cache, base_pos)
+    R, kblk = cfg.indexer_compress_ratio, cfg.kblk
+    if nblk > MAX_BLOCKS:
+        raise ValueError(f"cache.blk_keys has {nblk} blocks; the selection kernel takes at most "
+                         f"{MAX_BLOCKS} (max_t // R)")
+    width = kblk * R + R
+    scores = out_array("scores_out", scores_out, (nb, nblk), np.float32)
+    sel_idx = out_array("sel_idx_out", sel_idx_out, (nb, width), np.int32)
+    sel_n = out_array("sel_n_out", sel_n_out, (nb,), np.int32)
+    mask = out_array("mask_out", mask_out, (nb, nblk), np.uint8)
+    if nblk:
+        _launch_scores(q, cache.blk_keys, nb, inh, ihd, nblk, base_pos, R, scores)
+    kernel("indexer", "indexer_select")(
+        (nb,), (1024,),
+        (scores, np.int32(nblk), np.int32(base_pos), np.int32(R), np.int32(kblk),
+         np.int32(width), sel_idx, sel_n, mask))
+    return sel_idx, sel_n, mask

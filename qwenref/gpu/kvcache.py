@@ -1,0 +1,308 @@
+"""kvcache on the GPU — q8 / turbo-n / bf16 formats and the KVCache (kernels_cuda/kvcache.cu).
+
+Same meaning and stored layout as qwenref.golden.kvcache (see its module docstring); the stored
+arrays are cupy arrays. Codes and scales are bit-exact with the golden quantizers, and both
+dequantizers are exact. The one difference: a turbo side's WHT rotation runs in float32 on the
+GPU (golden: float64, rounded once), so a rotated value that sits on a code boundary can code
+one level apart from the golden cache; quantizing the GPU's own rotation (gpu.wht, bit-identical
+to the append's) with the golden quantizer reproduces the stored codes bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import AttnConfig
+from ..golden import kvcache as _golden
+from ._runtime import check_array, cupy, kernel, out_array
+
+__all__ = ["CACHE_KINDS", "q8_quantize", "q8_dequantize", "turbo_quantize", "turbo_dequantize",
+           "bf16_bits", "bf16_from_bits", "KVCache"]
+
+CACHE_KINDS = _golden.CACHE_KINDS
+Q8_GROUP, TURBO_GROUP = _golden.Q8_GROUP, _golden.TURBO_GROUP
+
+_THREADS = 128
+_MAX_GRID = 1 << 20
+
+
+def _grid(work, per_block):
+    return (max(1, min(-(-work // per_block), _MAX_GRID)),)
+
+
+def _k(fn):
+    return kernel("kvcache", fn)
+
+
+def _check_bits(bits):
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= 8:
+        raise ValueError(f"bits must be an int in 1..8 (the cache uses 8, 4, 3, 2), got {bits!r}")
+    return int(bits)
+
+
+def _groups_of(name, a, size):
+    if a.ndim < 1 or a.shape[-1] % size:
+        raise ValueError(f"{name}'s last axis must be a multiple of {size}, got shape {a.shape}")
+    return a.shape[-1] // size
+
+
+# ---- q8 (llama.cpp Q8_0) --------------------------------------------------------------------
+def q8_quantize(x, q_out=None, d_out=None):
+    """Q8_0 over groups of 32 on the last axis: (q int8 [..., n], d float16 [..., n // 32]).
+
+    x: cupy float32 [..., n], n % 32 == 0. Bit-exact with golden.q8_quantize.
+    """
+    check_array("x", x, np.float32)
+    g = _groups_of("x", x, Q8_GROUP)
+    q_out = out_array("q_out", q_out, x.shape, np.int8)
+    d_out = out_array("d_out", d_out, x.shape[:-1] + (g,), np.float16)
+    groups = x.size // Q8_GROUP
+    if groups:
+        # 8 lanes per group: 4 groups per warp, 16 per 128-thread block
+        _k("q8_quantize_f32")(_grid(groups, _THREADS // 8), (_THREADS,),
+                              (x, q_out, d_out, np.int64(groups)))
+    return q_out, d_out
+
+
+def q8_dequantize(q, d, out=None):
+    """q * float32(d) per group of 32: float32 [..., n] (exact)."""
+    check_array("q", q, np.int8)
+    g = _groups_of("q", q, Q8_GROUP)
+    check_array("d", d, np.float16, q.shape[:-1] + (g,))
+    out = out_array("out", out, q.shape, np.float32)
+    n4 = q.size // 4
+    if n4:
+        _k("q8_dequantize_f32")(_grid(n4, _THREADS), (_THREADS,), (q, d, out, np.int64(n4)))
+    return out
+
+
+# ---- turbo-n --------------------------------------------------------------------------------
+def turbo_quantize(x, bits, codes_out=None, d_out=None):
+    """Uniform mid-rise n-bit quantizer over groups of 16 on the last axis (no rotation here).
+
+    x: cupy float32 [..., n], n % 16 == 0. Returns (codes uint8 [..., n // 16, 2 * bits],
+    d float16 [..., n // 16]), bit-exact with golden.turbo_quantize.
+    """
+    bits = _check_bits(bits)
+    check_array("x", x, np.float32)
+    g = _groups_of("x", x, TURBO_GROUP)
+    codes_out = out_array("codes_out", codes_out, x.shape[:-1] + (g, 2 * bits), np.uint8)
+    d_out = out_array("d_out", d_out, x.shape[:-1] + (g,), np.float16)
+    groups = x.size // TURBO_GROUP
+    if groups:
+        _k("turbo_quantize_f32")(_grid(groups, _THREADS), (_THREADS,),
+                                 (x, codes_out, d_out, np.int64(groups), np.int32(bits)))
+    return codes_out, d_out
+
+
+def turbo_dequantize(codes, d, bits, out=None):
+    """(c - (2**bits - 1) / 2) * float32(d): float32 [..., n] (exact)."""
+    bits = _check_bits(bits)
+    check_array("codes", codes, np.uint8)
+    if codes.ndim < 2 or codes.shape[-1] != 2 * bits:
+        raise ValueError(f"codes must be [..., groups, {2 * bits}] for bits={bits}, "
+                         f"got shape {codes.shape}")
+    check_array("d", d, np.float16, codes.shape[:-1])
+    out = out_array("out", out, codes.shape[:-2] + (codes.shape[-2] * TURBO_GROUP,), np.float32)
+    groups = d.size
+    if groups:
+        _k("turbo_dequantize_f32")(_grid(groups, _THREADS), (_THREADS,),
+                                   (codes, d, out, np.int64(groups), np.int32(bits)))
+    return out
+
+
+# ---- bf16 -----------------------------------------------------------------------------------
+def bf16_bits(x, out=None):
+    """float32 -> uint16 bf16 bit patterns, round to nearest even (NaN -> sign | 0x7fc0)."""
+    check_array("x", x, np.float32)
+    out = out_array("out", out, x.shape, np.uint16)
+    if x.size:
+        _k("bf16_bits_f32")(_grid(x.size, _THREADS), (_THREADS,), (x, out, np.int64(x.size)))
+    return out
+
+
+def bf16_from_bits(b, out=None):
+    """uint16 bf16 bit patterns -> float32 (exact)."""
+    check_array("b", b, np.uint16)
+    out = out_array("out", out, b.shape, np.float32)
+    if b.size:
+        _k("bf16_to_f32")(_grid(b.size, _THREADS), (_THREADS,), (b, out, np.int64(b.size)))
+    return out
+
+
+# ---- the cache ------------------------------------------------------------------------------
+def _side_alloc(side, nkv, max_t, hd):
+    """Zeroed storage for one side, as cupy arrays (shapes and dtypes of the golden's)."""
+    cp = cupy()
+    if side == "f32":
+        return {"data": cp.zeros((nkv, max_t, hd), cp.float32)}
+    if side == "bf16":
+        return {"data": cp.zeros((nkv, max_t, hd), cp.uint16)}
+    if side == "q8":
+        return {"q": cp.zeros((nkv, max_t, hd), cp.int8),
+                "d": cp.zeros((nkv, max_t, hd // Q8_GROUP), cp.float16)}
+    n = _golden._turbo_bits(side)
+    return {"codes": cp.zeros((nkv, max_t, hd // TURBO_GROUP, 2 * n), cp.uint8),
+            "d": cp.zeros((nkv, max_t, hd // TURBO_GROUP), cp.float16)}
+
+
+def _side_append(side, store, x, t0, max_t):
+    """One launch: x [nb, nkv, hd] -> rows t0 .. t0+nb-1 of every kv head's stored side."""
+    nb, nkv, hd = x.shape
+    rows = nb * nkv
+    grid, block = _grid(rows, _THREADS // 32), (_THREADS,)      # one warp per (token, head)
+    dims = (np.int32(nb), np.int32(nkv), np.int32(hd), np.int32(max_t), np.int32(t0))
+    if side == "f32":
+        _k("kv_append_f32")(grid, block, (x, store["data"], *dims))
+    elif side == "bf16":
+        _k("kv_append_bf16")(grid, block, (x, store["data"], *dims))
+    elif side == "q8":
+        _k("kv_append_q8")(grid, block, (x, store["q"], store["d"], *dims))
+    else:
+        _k("kv_append_turbo")(grid, block,
+                              (x, store["codes"], store["d"], *dims,
+                               np.int32(_golden._turbo_bits(side))),
+                              shared_mem=(_THREADS // 32) * hd * 4)
+
+
+def _side_decode(side, store, t_len):
+    """Stored tokens [0, t_len) -> cupy float32 [nkv, t_len, hd] (rotated domain for turbo)."""
+    cp = cupy()
+    s = {name: cp.ascontiguousarray(a[:, :t_len]) for name, a in store.items()}
+    if side == "f32":
+        return s["data"]
+    if side == "bf16":
+        return bf16_from_bits(s["data"])
+    if side == "q8":
+        return q8_dequantize(s["q"], s["d"])
+    return turbo_dequantize(s["codes"], s["d"], _golden._turbo_bits(side))
+
+
+class KVCache:
+    """Per-sequence decode state on the GPU: K/V as stored, raw indexer keys, block keys, length.
+
+    KVCache(cfg, max_t=4096, kind="f32"). Attributes as golden.KVCache: cfg, max_t, kind,
+    k_kind, v_kind, k_rotated, v_rotated, k_store, v_store (dicts of cupy arrays, the golden's
+    layout), idx_keys, blk_keys (cupy float32, or None), length (= len(cache)).
+    """
+
+    def __init__(self, cfg, max_t=4096, kind="f32"):
+        if not isinstance(cfg, AttnConfig):
+            raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
+        if isinstance(max_t, bool) or not isinstance(max_t, (int, np.integer)) or max_t < 1:
+            raise ValueError(f"max_t must be a positive int, got {max_t!r}")
+        k_kind, v_kind = _golden._side_kinds(kind)
+        hd = cfg.head_dim
+        for side in (k_kind, v_kind):
+            if side == "q8" and hd % Q8_GROUP:
+                raise ValueError(f"head_dim ({hd}) must be a multiple of {Q8_GROUP} for kind {kind!r}")
+            if side.startswith("turbo") and (hd % TURBO_GROUP or hd & (hd - 1) or hd > 1024):
+                raise ValueError(f"head_dim ({hd}) must be a power of two, a multiple of "
+                                 f"{TURBO_GROUP} and <= 1024 for kind {kind!r} (WHT over head_dim)")
+        cp = cupy()
+        self.cfg, self.max_t, self.kind = cfg, int(max_t), kind
+        self.k_kind, self.v_kind = k_kind, v_kind
+        self.k_rotated, self.v_rotated = k_kind.startswith("turbo"), v_kind.startswith("turbo")
+        self.k_store = _side_alloc(k_kind, cfg.nkv, self.max_t, hd)
+        self.v_store = _side_alloc(v_kind, cfg.nkv, self.max_t, hd)
+        if cfg.has_indexer:
+            ihd, R = cfg.indexer_head_dim, cfg.indexer_compress_ratio
+            self.idx_keys = cp.zeros((self.max_t, ihd), cp.float32)          # [max_t, ihd]
+            self.blk_keys = cp.zeros((self.max_t // R, ihd), cp.float32)     # [max_t // R, ihd]
+        else:
+            self.idx_keys = self.blk_keys = None
+        self.length = 0
+
+    def __len__(self):
+        return self.length
+
+    def __repr__(self):
+        return (f"gpu.KVCache(kind={self.kind!r}, len={self.length}, max_t={self.max_t}, "
+                f"nkv={self.cfg.nkv}, head_dim={self.cfg.head_dim})")
+
+    def append(self, k, v, index_k=None):
+        """Store nb tokens at positions len(self) .. len(self)+nb-1 and advance the length.
+
+        k, v: cupy float32 [nb, nkv, hd] (C-contiguous; after q/k norm and RoPE, unrotated).
+        One launch per side rotates (turbo sides) + quantizes + stores. index_k: cupy float32
+        [nb, ihd] raw indexer keys (required iff the config has an indexer), copied to idx_keys.
+        Block keys are not computed here (gpu.update_block_keys does). Past max_t -> ValueError.
+        """
+        cfg = self.cfg
+        check_array("k", k, np.float32, (None, cfg.nkv, cfg.head_dim))
+        nb = k.shape[0]
+        check_array("v", v, np.float32, k.shape)
+        if cfg.has_indexer:
+            if index_k is None:
+                raise ValueError("index_k is required: the config has an indexer")
+            check_array("index_k", index_k, np.float32, (nb, cfg.indexer_head_dim))
+        elif index_k is not None:
+            raise ValueError("index_k must be None: the config has no indexer")
+        t0, t1 = self.length, self.length + nb
+        if t1 > self.max_t:
+            raise ValueError(f"k: appending {nb} tokens to {t0} stored exceeds max_t={self.max_t}")
+        if nb == 0:
+            return
+        _side_append(self.k_kind, self.k_store, k, t0, self.max_t)
+        _side_append(self.v_kind, self.v_store, v, t0, self.max_t)
+        if cfg.has_indexer:
+            self.idx_keys[t0:t1] = index_k
+        self.length = t1
+
+    def _t_len(self, t_len):
+        if t_len is None:
+            return self.length
+        if isinstance(t_len, bool) or not isinstance(t_len, (int, np.integer)):
+            raise TypeError(f"t_len must be an int, got {type(t_len).__name__}")
+        if not 0 <= t_len <= self.length:
+            raise ValueError(f"t_len must be in [0, {self.length}] (tokens stored), got {t_len}")
+        return int(t_len)
+
+    def keys(self, t_len=None):
+        """Dequantized stored keys, cupy float32 [nkv, t_len, hd] (WHT-rotated iff k_rotated)."""
+        return _side_decode(self.k_kind, self.k_store, self._t_len(t_len))
+
+    def values(self, t_len=None):
+        """Dequantized stored values, cupy float32 [nkv, t_len, hd] (WHT-rotated iff v_rotated)."""
+        return _side_decode(self.v_kind, self.v_store, self._t_len(t_len))
+
+    def nbytes_per_token(self):
+        """Bytes of K+V storage per token (all kv heads), scales included."""
+        hd, nkv = self.cfg.head_dim, self.cfg.nkv
+        return nkv * (_golden._side_bytes_per_head(self.k_kind, hd)
+                      + _golden._side_bytes_per_head(self.v_kind, hd))
+
+    def to_golden(self):
+        """A golden KVCache holding copies of these stored arrays, indexer keys and length."""
+        cp = cupy()
+        g = _golden.KVCache(self.cfg, self.max_t, self.kind)
+        g.k_store = {name: cp.asnumpy(a) for name, a in self.k_store.items()}
+        g.v_store = {name: cp.asnumpy(a) for name, a in self.v_store.items()}
+        if self.idx_keys is not None:
+            g.idx_keys, g.blk_keys = cp.asnumpy(self.idx_keys), cp.asnumpy(self.blk_keys)
+        g.length = self.length
+        return g
+
+    @classmethod
+    def from_golden(cls, g):
+        """A GPU KVCache holding copies of a golden KVCache's arrays and length (for tests that
+        start the GPU from a golden state)."""
+        if not isinstance(g, _golden.KVCache):
+            raise TypeError(f"g must be a golden KVCache, got {type(g).__name__}")
+        cp = cupy()
+        new = cls(g.cfg, g.max_t, g.kind)
+        new.k_store = {name: cp.asarray(a) for name, a in g.k_store.items()}
+        new.v_store = {name: cp.asarray(a) for name, a in g.v_store.items()}
+        if g.idx_keys is not None:
+            new.idx_keys, new.blk_keys = cp.asarray(g.idx_keys), cp.asarray(g.blk_keys)
+        new.length = g.length
+        return new
+
+    def copy(self):
+        """An independent deep copy (stored arrays, indexer keys, length)."""
+        new = object.__new__(KVCache)
+        new.__dict__.update(self.__dict__)
+        new.k_store = {name: a.copy() for name, a in self.k_store.items()}
+        new.v_store = {name: a.copy() for name, a in self.v_store.items()}
+        if self.idx_keys is not None:
+            new.idx_keys, new.blk_keys = self.idx_keys.copy(), self.blk_keys.copy()
+        return new

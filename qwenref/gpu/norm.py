@@ -1,0 +1,67 @@
+"""norm on the GPU — RMSNorm and fused residual-add + RMSNorm (kernels_cuda/norm.cu).
+
+Same meaning as qwenref.golden.norm; y matches the golden to a few float32 ulps (the block's
+sum of squares is added in a different order than numpy's pairwise sum), s bit-exactly.
+Shapes: x [..., n] (any leading rows, all launched at once), weight [n].
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._runtime import check_array, kernel, out_array
+
+__all__ = ["rms_norm", "add_rms_norm"]
+
+_MAX_GRID = 1 << 20     # the kernels grid-stride over rows past this
+
+
+def _block(n):
+    """Threads per row: one float4 each up to 256 threads, a multiple of 32."""
+    return min(256, max(32, -(-((n + 3) // 4) // 32) * 32))
+
+
+def _check(x, weight, eps):
+    check_array("x", x, np.float32)
+    if x.ndim < 1 or x.shape[-1] == 0:
+        raise ValueError(f"x must have a non-empty last axis, got shape {x.shape}")
+    check_array("weight", weight, np.float32, (x.shape[-1],))
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps!r}")
+
+
+def rms_norm(x, weight, eps=1e-6, zero_centered=True, out=None):
+    """y = x / sqrt(mean(x**2, -1) + eps) * (1 + weight)  (weight alone if not zero_centered).
+
+    x: cupy float32 [..., n] (C-contiguous); weight: float32 [n]; out: optional float32 like x
+    (may be x itself). Returns out. One launch, one block per row.
+    """
+    _check(x, weight, eps)
+    n = x.shape[-1]
+    out = out_array("out", out, x.shape, np.float32)
+    rows = x.size // n
+    if rows:
+        kernel("norm", "rms_norm_f32")(
+            (min(rows, _MAX_GRID),), (_block(n),),
+            (x, weight, out, np.int64(rows), np.int32(n), np.float32(eps),
+             np.int32(bool(zero_centered))))
+    return out
+
+
+def add_rms_norm(x, residual, weight, eps=1e-6, zero_centered=True, out=None, sum_out=None):
+    """s = x + residual;  returns (rms_norm(s, weight, eps, zero_centered), s).
+
+    x, residual: cupy float32 [..., n]; out / sum_out: optional float32 like x (sum_out may be
+    residual itself, for an in-place residual update). One launch writes both.
+    """
+    _check(x, weight, eps)
+    check_array("residual", residual, np.float32, x.shape)
+    n = x.shape[-1]
+    out = out_array("out", out, x.shape, np.float32)
+    sum_out = out_array("sum_out", sum_out, x.shape, np.float32)
+    rows = x.size // n
+    if rows:
+        kernel("norm", "add_rms_norm_f32")(
+            (min(rows, _MAX_GRID),), (_block(n),),
+            (x, residual, weight, out, sum_out, np.int64(rows), np.int32(n), np.float32(eps),
+             np.int32(bool(zero_centered))))
+    return out, sum_out

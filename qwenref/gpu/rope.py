@@ -1,0 +1,114 @@
+"""rope on the GPU — fused per-head q/k RMSNorm + partial rotate-half RoPE (kernels_cuda/rope.cu).
+
+Same meaning as qwenref.golden.rope.qk_norm_rope, with float32 angles: inv_freq is the golden's
+float64 value rounded to float32 and the angle p · inv_freq is one float32 product, so it is off
+by at most p · inv_freq · 2**-23 rad (golden: float64 angles). ``head_norm_rope`` is the generic
+form over any [nb, nheads, hd] view with a contiguous last axis (the indexer's queries and block
+keys use it).
+
+Positions are int32 on the device; they are not range-checked there (that would cost a sync).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._runtime import check_array, cupy, kernel, out_array
+
+__all__ = ["qk_norm_rope", "head_norm_rope"]
+
+_MAX_GRID = 1 << 20
+_MAX_HD = 12288          # the head is staged in <= 48 KiB of shared memory
+
+
+def _check_rotary(rotary_dim, theta, hd):
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, (int, np.integer)):
+        raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
+    if rotary_dim < 0 or rotary_dim % 2 or rotary_dim > hd:
+        raise ValueError(f"rotary_dim must be even and in [0, {hd}] (the head dim), got {rotary_dim}")
+    if not theta > 0:
+        raise ValueError(f"theta must be > 0, got {theta!r}")
+
+
+def _check_head_dim(name, hd):
+    if not 1 <= hd <= _MAX_HD:
+        raise ValueError(f"{name}: head dim must be in [1, {_MAX_HD}], got {hd}")
+
+
+def _check_eps(eps):
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps!r}")
+
+
+def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e-6,
+                 q_out=None, k_out=None):
+    """Per-head zero-centred RMSNorm of q (qg's q half) and k, then partial RoPE, one launch.
+
+    qg: cupy float32 [nb, nh, 2*hd] (per head [q | gate]); k: float32 [nb, nkv, hd];
+    q_weight, k_weight: float32 [hd]; positions: int32 [nb]. Returns (q_out [nb, nh, hd],
+    k_out [nb, nkv, hd]) float32.
+    """
+    check_array("qg", qg, np.float32, ndim=3)
+    check_array("k", k, np.float32, ndim=3)
+    nb, nh, two_hd = qg.shape
+    nkv, hd = k.shape[1], k.shape[2]
+    if two_hd != 2 * hd:
+        raise ValueError(f"qg's last axis must be 2 * head_dim = {2 * hd} (k is {k.shape}), "
+                         f"got shape {qg.shape}")
+    if k.shape[0] != nb:
+        raise ValueError(f"k must have qg's {nb} rows, got shape {k.shape}")
+    _check_head_dim("k", hd)
+    check_array("q_weight", q_weight, np.float32, (hd,))
+    check_array("k_weight", k_weight, np.float32, (hd,))
+    check_array("positions", positions, np.int32, (nb,))
+    _check_rotary(rotary_dim, theta, hd)
+    _check_eps(eps)
+    q_out = out_array("q_out", q_out, (nb, nh, hd), np.float32)
+    k_out = out_array("k_out", k_out, (nb, nkv, hd), np.float32)
+    heads = nb * (nh + nkv)
+    if heads:
+        kernel("rope", "qk_norm_rope")(
+            (min(heads, _MAX_GRID),), (32,),
+            (qg, k, q_weight, k_weight, positions, q_out, k_out, np.int32(nb), np.int32(nh),
+             np.int32(nkv), np.int32(hd), np.int32(rotary_dim), np.float64(theta),
+             np.float32(eps)),
+            shared_mem=4 * hd)
+    return q_out, k_out
+
+
+def head_norm_rope(x, weight, positions, rotary_dim, theta, eps=1e-6, out=None):
+    """rope(rms_norm(x_h, weight), positions[b]) for every head h of every row b, one launch.
+
+    x: cupy float32 [nb, nheads, hd] whose last axis is contiguous; its row and head strides may
+    be anything (e.g. the q part of the indexer's qk_proj output [nb, (inh+1)*ihd] viewed as
+    [nb, inh+1, ihd][:, :inh]). weight: float32 [hd]; positions: int32 [nb]. rotary_dim = 0
+    gives a plain per-head RMSNorm. Returns out: float32 [nb, nheads, hd], C-contiguous.
+    """
+    cp = cupy()
+    if not isinstance(x, cp.ndarray):
+        raise TypeError(f"x must be a cupy.ndarray on the GPU, got {type(x).__name__}")
+    if x.device.id != cp.cuda.Device().id:
+        raise ValueError(f"x is on device {x.device.id}, expected {cp.cuda.Device().id}")
+    if x.dtype != np.float32:
+        raise TypeError(f"x must have dtype float32, got {x.dtype}")
+    if x.ndim != 3:
+        raise ValueError(f"x must be [nb, nheads, hd], got shape {x.shape}")
+    nb, nheads, hd = x.shape
+    if hd > 1 and x.strides[2] != 4:
+        raise ValueError(f"x's last axis must be contiguous, got strides {x.strides}")
+    if x.strides[0] % 4 or x.strides[1] % 4:
+        raise ValueError(f"x's strides must be whole float32 elements, got {x.strides}")
+    _check_head_dim("x", hd)
+    check_array("weight", weight, np.float32, (hd,))
+    check_array("positions", positions, np.int32, (nb,))
+    _check_rotary(rotary_dim, theta, hd)
+    _check_eps(eps)
+    out = out_array("out", out, (nb, nheads, hd), np.float32)
+    heads = nb * nheads
+    if heads:
+        kernel("rope", "head_norm_rope")(
+            (min(heads, _MAX_GRID),), (32,),
+            (x, np.int64(x.strides[0] // 4), np.int64(x.strides[1] // 4), weight, positions, out,
+             np.int32(nb), np.int32(nheads), np.int32(hd), np.int32(rotary_dim),
+             np.float64(theta), np.float32(eps)),
+            shared_mem=4 * hd)
+    return out

@@ -1,0 +1,143 @@
+"""Helpers the notebooks share: find the recorded GPU results, say where they came from, and
+draw the two plots every stage notebook ends with (errors against float64, timings against the
+copy ceiling). Plotting imports matplotlib lazily so `import qwenref` stays light."""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["results_path", "load_results", "recorded_note", "select_runs", "gpu_available",
+           "show_source", "show_kernel", "relerr", "plot_errors", "plot_bandwidth",
+           "time_gpu"]
+
+
+def results_path(name="nvidia-h200.json"):
+    """results/<name>, searched from $QWENREF_RESULTS, the cwd upwards, then the package's repo."""
+    env = os.environ.get("QWENREF_RESULTS")
+    starts = ([Path(env)] if env else []) + [Path.cwd(), *Path.cwd().parents,
+                                            Path(__file__).resolve().parent.parent]
+    for d in starts:
+        p = d / name if d.name == "results" else d / "results" / name
+        if p.exists():
+            return p
+    return None
+
+
+def load_results(name="nvidia-h200.json"):
+    """The bench's JSON as a dict, or None when no results were recorded."""
+    p = results_path(name)
+    return json.loads(p.read_text()) if p else None
+
+
+def load_samples(name="nvidia-h200.npz"):
+    p = results_path(name)
+    return dict(np.load(p)) if p else {}
+
+
+def recorded_note(res):
+    if not res:
+        return "no GPU results recorded yet (run `python -m qwenref.bench` on a GPU machine)"
+    return (f"recorded on {res.get('device')} on {res.get('date')} at commit "
+            f"{str(res.get('commit'))[:10]} (CuPy {res.get('cupy')}, CUDA {res.get('cuda')}); "
+            f"device copy ceiling {res.get('copy_gbps', float('nan')):.0f} GB/s")
+
+
+def select_runs(res, stage=None, kernel=None, **shape):
+    """The runs of one stage (and kernel substring, and shape fields equal to the given ones)."""
+    out = []
+    for r in (res or {}).get("runs", []):
+        if stage and r.get("stage") != stage:
+            continue
+        if kernel and kernel not in str(r.get("kernel", "")):
+            continue
+        if any(r.get("shape", {}).get(k) != v for k, v in shape.items()):
+            continue
+        out.append(r)
+    return out
+
+
+def gpu_available():
+    from .gpu import available
+    return available()
+
+
+def show_source(obj):
+    """Print an object's source as the package has it (notebooks never re-type golden code)."""
+    print(inspect.getsource(obj))
+
+
+def show_kernel(stage, start=None, end=None):
+    """Print kernels_cuda/<stage>.cu, or the lines between two marker substrings."""
+    from .gpu import kernel_source
+    text = kernel_source(stage)
+    if start:
+        i = text.index(start)
+        j = text.index(end, i) if end else len(text)
+        text = text[i:j]
+    print(text)
+
+
+def relerr(a, ref):
+    """Norm-wise relative error ||a - ref|| / ||ref|| in float64."""
+    a, ref = np.asarray(a, np.float64), np.asarray(ref, np.float64)
+    return float(np.linalg.norm(a - ref) / np.linalg.norm(ref))
+
+
+def plot_errors(errors, ax=None, title="", xlabel="|ours − float64 truth|"):
+    """Histograms (log-x) of absolute errors, one per label: errors = {label: array}."""
+    import matplotlib.pyplot as plt
+    ax = ax or plt.subplots(figsize=(6, 3.2))[1]
+    allv = np.concatenate([np.abs(np.ravel(v)) for v in errors.values()])
+    pos = allv[allv > 0]
+    lo = max(pos.min() if pos.size else 1e-12, 1e-12)
+    hi = max(allv.max(), lo * 10)
+    bins = np.logspace(np.log10(lo), np.log10(hi), 50)
+    for label, v in errors.items():
+        v = np.abs(np.ravel(v))
+        ax.hist(np.maximum(v, lo), bins=bins, histtype="step", lw=1.5,
+                label=f"{label} (max {v.max():.2e})")
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("count")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_bandwidth(runs, copy_gbps, ax=None, title="", label_key="kernel"):
+    """Bars of achieved GB/s per run against the device-copy ceiling, % of copy written on top."""
+    import matplotlib.pyplot as plt
+    ax = ax or plt.subplots(figsize=(7, 3.2))[1]
+    labels = [_run_label(r, label_key) for r in runs]
+    gb = [r.get("gbps") or 0 for r in runs]
+    bars = ax.bar(range(len(runs)), gb, color="tab:blue")
+    ax.axhline(copy_gbps, color="k", ls="--", lw=1, label=f"device copy {copy_gbps:.0f} GB/s")
+    for b, r in zip(bars, runs):
+        pct = r.get("pct_of_copy")
+        if pct is not None:
+            ax.text(b.get_x() + b.get_width() / 2, b.get_height(), f"{pct:.0f}%",
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(runs)), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("GB/s")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def _run_label(r, key):
+    if key == "kernel":
+        shape = r.get("shape", {})
+        short = ",".join(f"{k}={v}" for k, v in shape.items() if k in ("T", "nb", "n", "rows"))
+        return f"{r.get('kernel')}\n{short}" if short else str(r.get("kernel"))
+    return str(r.get(key))
+
+
+def time_gpu(fn, *args, n_repeat=100, n_warmup=10):
+    """Median GPU time of fn(*args) in microseconds (CUDA events, via cupyx.profiler)."""
+    from cupyx.profiler import benchmark
+    res = benchmark(fn, args, n_repeat=n_repeat, n_warmup=n_warmup)
+    return float(np.median(res.gpu_times[0]) * 1e6)

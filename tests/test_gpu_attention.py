@@ -1,0 +1,359 @@
+"""GPU decode attention (kernels_cuda/attention.cu) against the golden model, every cache kind.
+
+The cache is built by golden.KVCache.append and copied as stored into a gpu.KVCache
+(from_golden), so both sides read identical bytes. The reference for row b is golden's
+attn_partials over the row's visible tokens (dense or gathered) with the same n_splits, then
+attn_combine, then the inverse WHT for rotated V, then the gate.
+
+Tolerance (one for every kind): golden sums in float64, the kernel in float32 in another order
+(lanes, butterfly, warps, splits). The score error is about sqrt(hd)*2^-24*sum|q_i k_i|*c
+(c = hd^-0.5*log2 e), ~1e-6 on these inputs (|s| <~ 20), and p, l, o inherit it relatively;
+dequantization is the same exact float32 arithmetic on both sides, so kinds do not loosen it.
+REL = 1e-4 leaves > 10x margin, while the inputs make a lost, doubled or misplaced token, a wrong
+head mapping or a wrong scale move the output by >= 1e-3 of its scale (asserted below).
+"""
+import numpy as np
+import pytest
+
+import qwenref
+from qwenref import golden
+
+pytestmark = pytest.mark.gpu
+
+REL = 1e-4
+
+
+@pytest.fixture
+def cp():
+    from qwenref.gpu._runtime import cupy
+    return cupy()
+
+
+@pytest.fixture
+def gpu():
+    import qwenref.gpu as g
+    return g
+
+
+def make_cfg(hd, nh, nkv):
+    """An attention-only config (no indexer) of the given head shape."""
+    return qwenref.AttnConfig(hidden_size=64, num_attention_heads=nh, num_key_value_heads=nkv,
+                              head_dim=hd, intermediate_size=128)
+
+
+def make_cache(gpu, cfg, kind, T, rng, max_t=None):
+    """golden cache with T tokens of random K/V (a few outlier tokens, a per-head offset so the
+    mean matters) and the same stored arrays on the GPU."""
+    gc = golden.KVCache(cfg, max_t=max_t or T + 13, kind=kind)
+    k = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    v = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    v += rng.standard_normal((1, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    k[rng.choice(T, size=min(T, 3), replace=False)] *= 2.0     # outliers: the max must move
+    gc.append(k, v)
+    cache = gpu.KVCache.from_golden(gc)
+    assert len(cache) == T
+    return gc, cache
+
+
+def make_q(cfg, nb, rng, spread=1.0):
+    """q such that scores s = q.k*hd^-0.5*log2 e have std ~spread (log2 units): neither flat
+    nor one-hot."""
+    return (rng.standard_normal((nb, cfg.nh, cfg.head_dim)) * spread / np.log2(np.e)
+            ).astype(np.float32)
+
+
+def rows_visible(base_pos, nb, sel=None):
+    """Row b's visible token list: arange(base_pos + b + 1), or sel[b] when given and not None."""
+    return [np.arange(base_pos + b + 1) if sel is None or sel[b] is None else np.asarray(sel[b])
+            for b in range(nb)]
+
+
+def reference(gc, q, vis, n_splits, sparse_v=0.0, gate=None):
+    """golden per row -> (m [nb,S,nh], l, o [nb,S,nh,hd], out [nb,nh,hd])."""
+    K, V = gc.keys(len(gc)), gc.values(len(gc))                 # [nkv, T, hd] as stored
+    ms, ls, os_, outs = [], [], [], []
+    for b, idx in enumerate(vis):
+        qb = golden.wht(q[b]) if gc.k_rotated else q[b]
+        m, l, o = golden.attn_partials(qb, K[:, idx], V[:, idx], n_splits, sparse_v)
+        y, _ = golden.attn_combine(m, l, o)
+        if gc.v_rotated:
+            y = golden.wht(y, inverse=True)
+        if gate is not None:
+            y = golden.output_gate(y, gate[b])
+        ms.append(m), ls.append(l), os_.append(o), outs.append(y)
+    return np.stack(ms), np.stack(ls), np.stack(os_), np.stack(outs)
+
+
+def assert_close(cp, got, ref, what, rel=REL):
+    """|got - ref| <= rel * (max(1, max|ref|) + |ref|) elementwise; -inf must match exactly."""
+    got = cp.asnumpy(got)
+    ref = np.asarray(ref)
+    assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
+    ninf = np.isneginf(ref)
+    assert (np.isneginf(got) == ninf).all(), f"{what}: -inf (empty split) pattern differs"
+    g, r = got[~ninf], ref[~ninf]
+    assert np.isfinite(g).all(), f"{what}: non-finite values (NaN poison not overwritten?)"
+    if r.size == 0:
+        return
+    scale = max(1.0, float(np.abs(r).max()))
+    err = np.abs(g - r)
+    tol = rel * (scale + np.abs(r))
+    assert (err <= tol).all(), (f"{what}: max err {err.max():.3g} (tol {tol[err.argmax()]:.3g}) "
+                                f"at flat index {err.argmax()}, scale {scale:.3g}")
+
+
+def assert_meaningful(gc, q, vis):
+    """The softmax of every row/head is neither flat nor one-hot, and the typical token weighs
+    enough that losing it would show at REL."""
+    K = gc.keys(len(gc)).astype(np.float64)
+    n_rep = q.shape[1] // K.shape[0]
+    for b, idx in enumerate(vis):
+        qb = golden.wht(q[b]) if gc.k_rotated else q[b]
+        s = np.einsum("gtd,grd->grt", K[:, idx], qb.reshape(K.shape[0], n_rep, -1))
+        s = s.reshape(q.shape[1], -1) * q.shape[2] ** -0.5 * np.log2(np.e)
+        p = np.exp2(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        assert p.max() < 0.98, "input too peaked: a one-hot softmax hides most bugs"
+        if len(idx) > 4:
+            assert np.median(p) > 10 * REL / len(idx), "input too flat"
+
+
+def poisoned(cp, shape, dtype=np.float32):
+    return cp.full(shape, np.nan, dtype=dtype)
+
+
+# (name, hd, nh, nkv, T, nb, n_splits, gate): T < 32; T = 33 with a 1-token split; the 27B
+# ratio (n_rep 6, hd 256) over several splits with a gate; n_splits > chunks (empty splits).
+CASES = [
+    ("T17-nb3-hd64", 64, 4, 2, 17, 3, None, False),
+    ("T33-hd128-nrep4", 128, 4, 1, 33, 1, 2, False),
+    ("T300-nb4-hd256-nrep6-gate", 256, 12, 2, 300, 4, 5, True),
+    ("T70-hd128-empty-splits", 128, 4, 2, 70, 2, 8, False),
+]
+
+
+@pytest.mark.parametrize("kind", golden.CACHE_KINDS)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_decode_matches_golden(cp, gpu, rng, kind, case):
+    _, hd, nh, nkv, T, nb, n_splits, with_gate = case
+    cfg = make_cfg(hd, nh, nkv)
+    gc, cache = make_cache(gpu, cfg, kind, T, rng)
+    base_pos = T - nb                                       # the batch's last row sees all T
+    q = make_q(cfg, nb, rng)
+    gate = rng.standard_normal((nb, nh, hd)).astype(np.float32) * 2 if with_gate else None
+    vis = rows_visible(base_pos, nb)
+    assert_meaningful(gc, q, vis)
+
+    qd = cp.asarray(q)
+    S = n_splits if n_splits is not None else gpu.attention.auto_n_splits(
+        gpu.attention._partials_kernel(cache), T, nkv, nb)
+    m, l, o = (poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh)),
+               poisoned(cp, (nb, S, nh, hd)))
+    gpu.attn_partials(qd, cache, base_pos, n_splits, m_out=m, l_out=l, o_out=o)
+    rm, rl, ro, rout = reference(gc, q, vis, S, gate=gate)
+    if n_splits is not None and n_splits * 32 > T + 32:
+        assert np.isneginf(rm).any(), "case meant to have empty splits has none"
+    assert_close(cp, m, rm, "m")
+    assert_close(cp, l, rl, "l")
+    assert_close(cp, o, ro, "o")
+
+    out = poisoned(cp, (nb, nh, hd))
+    got = gpu.decode_attention(qd, cache, base_pos, gate=None if gate is None else cp.asarray(gate),
+                               n_splits=S, out=out)
+    assert got is out
+    assert_close(cp, out, rout, "out")
+
+
+@pytest.mark.parametrize("kind", ["f32", "q8", "turbo4", "bf16k-turbo3v"])
+def test_auto_splits_match_any_split_count(cp, gpu, rng, kind):
+    """n_splits=None (the kernel's own choice) gives golden's output with golden's default."""
+    cfg = make_cfg(256, 12, 2)
+    T, nb = 1000, 2
+    gc, cache = make_cache(gpu, cfg, kind, T, rng)
+    q = make_q(cfg, nb, rng)
+    vis = rows_visible(T - nb, nb)
+    *_, rout = reference(gc, q, vis, golden.default_n_splits(T))
+    out = gpu.decode_attention(cp.asarray(q), cache, T - nb, out=poisoned(cp, (nb, 12, 256)))
+    assert_close(cp, out, rout, "out")
+
+
+def random_selection(rng, t_len, n):
+    """n distinct ascending tokens of [0, t_len) that include the row's own token t_len - 1."""
+    rest = rng.choice(t_len - 1, size=n - 1, replace=False)
+    return np.sort(np.append(rest, t_len - 1)).astype(np.int32)
+
+
+@pytest.mark.parametrize("kind", ["f32", "bf16", "q8", "turbo4", "turbo3", "bf16k-turbo2v"])
+@pytest.mark.parametrize("hd,nh,nkv", [(64, 4, 2), (256, 12, 2)])
+def test_selective_rows(cp, gpu, rng, kind, hd, nh, nkv):
+    """Mixed batch: dense rows (sel_n = 0) and gathered rows of odd lengths; entries past
+    sel_n[b] hold garbage that must never be read."""
+    cfg = make_cfg(hd, nh, nkv)
+    T, nb, W = 260, 4, 120
+    gc, cache = make_cache(gpu, cfg, kind, T, rng)
+    base_pos = T - nb
+    lists = [None, random_selection(rng, base_pos + 2, 97), random_selection(rng, base_pos + 3, 33),
+             random_selection(rng, base_pos + 4, 1)]
+    sel_idx = np.full((nb, W), 10**9, np.int32)             # garbage past sel_n (out of range)
+    sel_n = np.zeros(nb, np.int32)
+    for b, lst in enumerate(lists):
+        if lst is not None:
+            sel_idx[b, :len(lst)] = lst
+            sel_n[b] = len(lst)
+    q = make_q(cfg, nb, rng)
+    vis = rows_visible(base_pos, nb, lists)
+    assert_meaningful(gc, q, vis[:3])
+    for S in (1, 3):
+        *_, rout = reference(gc, q, vis, S)
+        out = gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=S,
+                                   sel_idx=cp.asarray(sel_idx), sel_n=cp.asarray(sel_n),
+                                   out=poisoned(cp, (nb, nh, hd)))
+        assert_close(cp, out, rout, f"out (S={S})")
+
+
+def sparse_inputs(gpu, cfg, kind, rng, T):
+    """Scores by construction (q = u, k = beta_t u + noise, so s_t = level_t + 12 in log2
+    units): every 4th token is 'high' (level 0), so every warp tile starts with one and the
+    kernel's running bound can drop the rest; 'low' tokens (level -9, p ~ 3e-5 < thr: golden
+    drops them) all carry v = 1, so the dropped mass adds up coherently and is visible; three
+    'medium' tokens (level -3, p ~ 2e-3, just above thr) carry |v| = 20, so wrongly dropping one
+    costs ~0.04, far above the allowed bound (~6e-3)."""
+    hd, nkv = cfg.head_dim, cfg.nkv
+    u = rng.standard_normal((nkv, hd))
+    u /= np.linalg.norm(u, axis=-1, keepdims=True)                          # [G, D]
+    level = np.full(T, -9.0)
+    level[::4] = 0.0
+    medium = rng.choice(np.arange(2, T, 4), size=3, replace=False)
+    level[medium] = -3.0
+    beta = (level + 12.0) * hd ** 0.5 / np.log2(np.e)                       # [T]
+    k = beta[:, None, None] * u[None] + 0.01 * rng.standard_normal((T, nkv, hd))
+    v = 0.5 * rng.standard_normal((T, nkv, hd))
+    v[level == -9.0] = 1.0
+    v[medium] = 20.0 * np.sign(rng.standard_normal((3, nkv, hd)))
+    gc = golden.KVCache(cfg, max_t=T + 5, kind=kind)
+    gc.append(k.astype(np.float32), v.astype(np.float32))
+    q = np.repeat(u[:, None, :], cfg.n_rep, axis=1).reshape(1, cfg.nh, hd)  # [1, H, D]
+    return gc, gpu.KVCache.from_golden(gc), q.astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["f32", "q8", "turbo4"])
+def test_sparse_v_drops_a_subset_of_golden(cp, gpu, rng, kind):
+    """The kernel drops token i (for one head) only when p_i < thr is proven by its running
+    bound, so |gpu - golden_sparse| <= sum over golden's dropped tokens of p_i |v_i| (+ REL), and
+    it does drop: the sparse output differs from the dense one."""
+    cfg = make_cfg(128, 4, 2)
+    T, thr = 256, 1e-3
+    gc, cache, q = sparse_inputs(gpu, cfg, kind, rng, T)
+    vis = rows_visible(T - 1, 1)
+    K, V = gc.keys(T).astype(np.float64), gc.values(T).astype(np.float64)
+    qb = golden.wht(q[0]) if gc.k_rotated else q[0]
+    s = np.einsum("gtd,grd->grt", K, qb.reshape(cfg.nkv, cfg.n_rep, -1).astype(np.float64))
+    s = s.reshape(cfg.nh, T) * cfg.head_dim ** -0.5 * np.log2(np.e)
+    p = np.exp2(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)                                           # [H, T]
+    dropped = p < thr
+    assert dropped.mean() > 0.5, "input meant to let golden drop most low tokens"
+    assert ((p >= thr) & (p < 10 * thr)).sum() >= cfg.nh, "input meant to hold tokens just above thr"
+    Vh = np.repeat(V, cfg.n_rep, axis=0)                                    # [H, T, D]
+    if gc.v_rotated:                                        # the bound lives in output space
+        Vh = golden.wht(Vh.astype(np.float32)).astype(np.float64)
+    bound = np.einsum("ht,htd->hd", np.where(dropped, p, 0.0), np.abs(Vh))  # [H, D]
+    assert bound.max() < 0.02, "bound too loose to catch a wrongly dropped medium token"
+
+    qd = cp.asarray(q)
+    for S in (1, 2):
+        *_, ref_sparse = reference(gc, q, vis, S, sparse_v=thr)
+        *_, ref_dense = reference(gc, q, vis, S)
+        got = cp.asnumpy(gpu.decode_attention(qd, cache, T - 1, n_splits=S, sparse_v=thr))
+        dense = cp.asnumpy(gpu.decode_attention(qd, cache, T - 1, n_splits=S))
+        assert_close(cp, cp.asarray(dense), ref_dense, "dense out")
+        scale = max(1.0, float(np.abs(ref_sparse).max()))
+        err = np.abs(got[0] - ref_sparse[0])
+        # 1.01: the bound itself is float64 over float32 inputs; REL: float32 sums as above
+        assert (err <= bound * 1.01 + REL * scale).all(), (
+            f"S={S}: sparse output off by {err.max():.3g}, more than golden's dropped mass allows")
+        assert np.abs(got - dense).max() > 10 * REL * scale, "sparse_v dropped nothing"
+
+
+@pytest.mark.parametrize("hd", [64, 256])
+def test_combine_lse_inverse_wht_gate(cp, gpu, rng, hd):
+    """attn_combine alone: golden combine (+ lse2), then inverse WHT, then the gate; empty splits
+    (m = -inf, l = 0, o = 0) add nothing."""
+    nb, S, nh = 3, 5, 4
+    m = (rng.standard_normal((nb, S, nh)) * 4).astype(np.float32)
+    l = rng.uniform(1, 30, (nb, S, nh)).astype(np.float32)
+    o = (rng.standard_normal((nb, S, nh, hd)) * 10).astype(np.float32)
+    m[:, -1] = -np.inf
+    l[:, -1] = 0
+    o[:, -1] = 0
+    gate = (rng.standard_normal((nb, nh, hd)) * 3).astype(np.float32)
+    for inverse in (False, True):
+        ref = np.empty((nb, nh, hd), np.float32)
+        ref_lse = np.empty((nb, nh), np.float32)
+        for b in range(nb):
+            y, ref_lse[b] = golden.attn_combine(m[b], l[b], o[b])
+            ref[b] = golden.output_gate(golden.wht(y, inverse=True) if inverse else y, gate[b])
+        out, lse = gpu.attn_combine(cp.asarray(m), cp.asarray(l), cp.asarray(o),
+                                    inverse_wht=inverse, gate=cp.asarray(gate),
+                                    out=poisoned(cp, (nb, nh, hd)),
+                                    lse_out=poisoned(cp, (nb, nh)))
+        assert_close(cp, out, ref, f"out (inverse_wht={inverse})")
+        assert_close(cp, lse, ref_lse, "lse2")
+
+
+def test_real_cache_append_path(cp, gpu, rng):
+    """The same with a cache filled by gpu.KVCache.append (as the layer does) and read back by
+    to_golden: attention reads what the GPU append stored."""
+    cfg = make_cfg(128, 8, 2)
+    cache = gpu.KVCache(cfg, max_t=96, kind="q8")
+    for nb in (5, 40, 1, 20):
+        k = rng.standard_normal((nb, cfg.nkv, 128)).astype(np.float32)
+        v = rng.standard_normal((nb, cfg.nkv, 128)).astype(np.float32)
+        cache.append(cp.asarray(k), cp.asarray(v))
+    gc = cache.to_golden()
+    T, nb = len(cache), 3
+    q = make_q(cfg, nb, rng)
+    *_, rout = reference(gc, q, rows_visible(T - nb, nb), 2)
+    out = gpu.decode_attention(cp.asarray(q), cache, T - nb, n_splits=2)
+    assert_close(cp, out, rout, "out")
+
+
+def test_deterministic(cp, gpu, rng):
+    cfg = make_cfg(256, 12, 2)
+    gc, cache = make_cache(gpu, cfg, "q8", 500, rng)
+    qd = cp.asarray(make_q(cfg, 2, rng))
+    a = cp.asnumpy(gpu.decode_attention(qd, cache, 498, sparse_v=1e-3))
+    b = cp.asnumpy(gpu.decode_attention(qd, cache, 498, sparse_v=1e-3))
+    assert np.array_equal(a, b)
+
+
+def test_argument_checks(cp, gpu, rng):
+    cfg = make_cfg(64, 4, 2)
+    gc, cache = make_cache(gpu, cfg, "q8", 20, rng)
+    q = cp.asarray(make_q(cfg, 2, rng))
+    with pytest.raises(ValueError, match="base_pos"):
+        gpu.decode_attention(q, cache, 19)                  # rows would see token 20
+    with pytest.raises(TypeError, match="base_pos"):
+        gpu.decode_attention(q, cache, 3.0)
+    with pytest.raises(TypeError, match="q"):
+        gpu.decode_attention(q.astype(cp.float16), cache, 0)
+    with pytest.raises(ValueError, match="q"):
+        gpu.decode_attention(q[:, :3], cache, 0)
+    with pytest.raises(TypeError, match="cache"):
+        gpu.decode_attention(q, gc, 0)                      # a golden (numpy) cache
+    with pytest.raises(ValueError, match="sel_idx and sel_n"):
+        gpu.decode_attention(q, cache, 0, sel_n=cp.zeros(2, cp.int32))
+    with pytest.raises(ValueError, match="sel_idx"):
+        gpu.decode_attention(q, cache, 0, sel_idx=cp.zeros((3, 4), cp.int32),
+                             sel_n=cp.zeros(2, cp.int32))
+    with pytest.raises(TypeError, match="sel_n"):
+        gpu.decode_attention(q, cache, 0, sel_idx=cp.zeros((2, 4), cp.int32),
+                             sel_n=cp.zeros(2, cp.int64))
+    with pytest.raises(ValueError, match="n_splits"):
+        gpu.decode_attention(q, cache, 0, n_splits=0)
+    with pytest.raises(ValueError, match="sparse_v"):
+        gpu.decode_attention(q, cache, 0, sparse_v=1.0)
+    with pytest.raises(ValueError, match="gate"):
+        gpu.decode_attention(q, cache, 0, gate=cp.zeros((2, 4, 32), cp.float32))
+    with pytest.raises(ValueError, match="out"):
+        gpu.decode_attention(q, cache, 0, out=cp.zeros((2, 4, 65), cp.float32))

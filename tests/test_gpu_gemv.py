@@ -1,0 +1,192 @@
+"""gemv.cu against the golden model: Q8_0 weight quantization (bit-exact) and the Q8 GEMV
+(x @ dequant(W).T in float32), plus the cuBLAS f32 path and the layer's fused epilogues."""
+import numpy as np
+import pytest
+
+from qwenref import golden
+
+pytestmark = pytest.mark.gpu
+
+EPS32 = np.finfo(np.float32).eps
+
+
+@pytest.fixture
+def cp():
+    import cupy
+    return cupy
+
+
+def _gpu():
+    from qwenref import gpu
+    return gpu
+
+
+def _weights(rng, n_out, n_in, scale=0.05):
+    """Weights whose Q8_0 groups differ a lot in scale (outlier columns and rows), one all-zero
+    group (d32 = 0 path), and exact .5 ties for the rounding rule."""
+    w = (rng.standard_normal((n_out, n_in)) * scale).astype(np.float32)
+    w[:, 7] *= 40                                            # an outlier column: group 0 scale
+    w[3] *= 1e-3                                             # a tiny row
+    w[1, 32:64] = 0                                          # an all-zero group
+    # group 0 of row 2: amax 127 -> d32 = 1, id = 1: x·id = k + 0.5 exactly -> away from zero
+    w[2, :32] = np.array([127, -127, 2.5, -2.5, 0.5, -0.5, 1.5, -3.5] * 4, np.float32)
+    return w
+
+
+def _dot_bound(x, w):
+    """Float32 dot-product error bound, elementwise: a few·sqrt(n)·eps · Σ|x_i w_i| (the sums
+    are split over 32 lanes and 16-wide chains; 8·sqrt(n) covers both orders with margin)."""
+    n = x.shape[1]
+    return 8 * np.sqrt(n) * EPS32 * (np.abs(x).astype(np.float64) @ np.abs(w).T.astype(np.float64))
+
+
+@pytest.mark.parametrize("n_out,n_in", [(77, 320), (5, 32), (130, 1024)])
+def test_q8_weight_is_bit_exact_with_golden(cp, rng, n_out, n_in):
+    w = _weights(rng, n_out, n_in)
+    q, d = _gpu().q8_weight(cp.asarray(w))
+    rq, rd = golden.q8_quantize(w)
+    assert q.dtype == cp.int8 and d.dtype == cp.float16
+    np.testing.assert_array_equal(q.get(), rq)
+    np.testing.assert_array_equal(d.get().view(np.uint16), rd.view(np.uint16))
+    assert (rq[2, 2:4] == [3, -3]).all() and (rq[2, 7] == -4)   # the inputs hit the ties
+
+
+def test_q8_weight_poisoned_outputs_are_overwritten(cp, rng):
+    w = _weights(rng, 77, 320)
+    qo = cp.full((77, 320), 99, cp.int8)
+    do = cp.full((77, 10), cp.nan, cp.float16)
+    q, d = _gpu().q8_weight(cp.asarray(w), q_out=qo, d_out=do)
+    assert q is qo and d is do
+    rq, rd = golden.q8_quantize(w)
+    np.testing.assert_array_equal(qo.get(), rq)
+    np.testing.assert_array_equal(do.get(), rd)
+
+
+@pytest.mark.parametrize("nb", [1, 2, 3, 4, 5, 8, 11])
+def test_gemv_q8_matches_golden_on_dequantized_weights(cp, rng, nb):
+    # in=320: 20 chunks of 16 for 32 lanes (lanes idle); out=77: the last warp's rows clamp
+    n_out, n_in = 77, 320
+    w = _weights(rng, n_out, n_in)
+    x = rng.standard_normal((nb, n_in)).astype(np.float32)
+    x[:, 5] *= 30                                            # an outlier activation
+    q, d = _gpu().q8_weight(cp.asarray(w))
+    wdq = golden.q8_dequantize(q.get(), d.get())
+    ref = golden.linear(x, wdq)
+    out = cp.full((nb, n_out), cp.nan, cp.float32)           # poison: every element written
+    y = _gpu().gemv_q8(cp.asarray(x), q, d, out=out)
+    assert y is out
+    got = y.get()
+    assert np.isfinite(got).all()
+    np.testing.assert_array_less(np.abs(got - ref), _dot_bound(x, wdq) + 1e-30)
+    # the quantized weights really were used: the f32 weights give a clearly different answer
+    assert np.abs(golden.linear(x, w) - got).max() > 100 * np.abs(ref - got).max()
+
+
+def test_gemv_q8_large_rows(cp, rng):
+    # the 27B hidden size, an output count that is not a multiple of 16 rows per block
+    n_out, n_in, nb = 1030, 5120, 8
+    w = _weights(rng, n_out, n_in, 0.02)
+    x = rng.standard_normal((nb, n_in)).astype(np.float32)
+    q, d = _gpu().q8_weight(cp.asarray(w))
+    wdq = golden.q8_dequantize(q.get(), d.get())
+    y = _gpu().gemv_q8(cp.asarray(x), q, d).get()
+    np.testing.assert_array_less(np.abs(y - golden.linear(x, wdq)), _dot_bound(x, wdq) + 1e-30)
+
+
+def test_gemv_q8_residual_epilogue(cp, rng):
+    n_out, n_in, nb = 77, 320, 3
+    w = _weights(rng, n_out, n_in)
+    x = rng.standard_normal((nb, n_in)).astype(np.float32)
+    r = rng.standard_normal((nb, n_out)).astype(np.float32)
+    q, d = _gpu().q8_weight(cp.asarray(w))
+    wdq = golden.q8_dequantize(q.get(), d.get())
+    y = _gpu().gemv_q8(cp.asarray(x), q, d, residual=cp.asarray(r)).get()
+    np.testing.assert_array_less(np.abs(y - (golden.linear(x, wdq) + r)),
+                                 _dot_bound(x, wdq) + 2 * EPS32 * np.abs(r) + 1e-30)
+
+
+@pytest.mark.parametrize("nb", [1, 3, 10])
+def test_gemv_q8_segments_write_each_part_contiguously(cp, rng, nb):
+    from qwenref.gpu.gemv import gemv_q8_segments
+    sizes = [40, 8, 8, 21, 3]                                # like q|k|v|indexer q|indexer k
+    n_in = 96
+    w = _weights(rng, sum(sizes), n_in)
+    x = rng.standard_normal((nb, n_in)).astype(np.float32)
+    q, d = _gpu().q8_weight(cp.asarray(w))
+    wdq = golden.q8_dequantize(q.get(), d.get())
+    ref = golden.linear(x, wdq)
+    bound = _dot_bound(x, wdq)
+    flat = cp.full((nb * sum(sizes),), cp.nan, cp.float32)
+    parts = gemv_q8_segments(cp.asarray(x), q, d, np.cumsum(sizes)[:-1], out=flat)
+    assert np.isfinite(flat.get()).all()
+    s = 0
+    for p, n in zip(parts, sizes):
+        assert p.shape == (nb, n) and p.flags.c_contiguous
+        np.testing.assert_array_less(np.abs(p.get() - ref[:, s:s + n]), bound[:, s:s + n] + 1e-30)
+        s += n
+
+
+@pytest.mark.parametrize("nb", [1, 4, 9])
+def test_gemv_q8_swiglu_epilogue(cp, rng, nb):
+    from qwenref.gpu.gemv import gemv_q8_swiglu, interleave_rows
+    n_act, n_in = 37, 160                                    # odd: a warp with a lone pair
+    wg = _weights(rng, n_act, n_in, 0.3)
+    wu = _weights(rng, n_act, n_in, 0.3)
+    x = rng.standard_normal((nb, n_in)).astype(np.float32)
+    q, d = _gpu().q8_weight(cp.asarray(interleave_rows(wg, wu)))
+    # interleaving rows commutes with row-wise quantization: same codes as each matrix alone
+    np.testing.assert_array_equal(q.get()[0::2], golden.q8_quantize(wg)[0])
+    wdq = golden.q8_dequantize(q.get(), d.get())
+    g, u = golden.linear(x, wdq[0::2]), golden.linear(x, wdq[1::2])
+    ref = golden.silu(g) * u
+    out = cp.full((nb, n_act), cp.nan, cp.float32)
+    got = gemv_q8_swiglu(cp.asarray(x), q, d, out=out).get()
+    # silu is 1-Lipschitz-ish (|silu'| <= 1.1): the bound carries through both products
+    bg, bu = _dot_bound(x, wdq[0::2]), _dot_bound(x, wdq[1::2])
+    bound = 1.1 * bg * np.abs(u) + np.abs(golden.silu(g)) * bu + 8 * EPS32 * np.abs(ref)
+    np.testing.assert_array_less(np.abs(got - ref), bound + 1e-30)
+
+
+@pytest.mark.parametrize("nb", [1, 3, 8])
+def test_linear_f32_cublas(cp, rng, nb):
+    w = rng.standard_normal((77, 320)).astype(np.float32)
+    x = rng.standard_normal((nb, 320)).astype(np.float32)
+    out = cp.full((nb, 77), cp.nan, cp.float32)
+    y = _gpu().linear(cp.asarray(x), cp.asarray(w), out=out)
+    assert y is out
+    np.testing.assert_array_less(np.abs(y.get() - golden.linear(x, w)), _dot_bound(x, w) + 1e-30)
+
+
+def test_swiglu_interleaved_f32(cp, rng):
+    from qwenref.gpu.gemv import swiglu_interleaved
+    gu = (rng.standard_normal((3, 2 * 45)) * 5).astype(np.float32)
+    gu[0, 0] = -200.0                                        # the exp clamp (e^80) path
+    out = cp.full((3, 45), cp.nan, cp.float32)
+    got = swiglu_interleaved(cp.asarray(gu), out=out).get()
+    ref = golden.silu(gu[:, 0::2]) * gu[:, 1::2]
+    np.testing.assert_allclose(got, ref, rtol=8 * EPS32, atol=1e-30)  # expf (<= 2 ulp), /, *
+
+
+def test_argument_checks_name_the_argument(cp, rng):
+    gpu = _gpu()
+    w = cp.asarray(_weights(rng, 8, 64))
+    q, d = gpu.q8_weight(w)
+    x = cp.ones((2, 64), cp.float32)
+    with pytest.raises(TypeError, match="x"):
+        gpu.gemv_q8(x.astype(cp.float64), q, d)
+    with pytest.raises(TypeError, match="x"):
+        gpu.gemv_q8(np.ones((2, 64), np.float32), q, d)
+    with pytest.raises(ValueError, match="q"):
+        gpu.gemv_q8(cp.ones((2, 96), cp.float32), q, d)        # in mismatch
+    with pytest.raises(ValueError, match="d"):
+        gpu.gemv_q8(x, q, d[:, :1].copy())
+    with pytest.raises(TypeError, match="d"):
+        gpu.gemv_q8(x, q, d.astype(cp.float32))
+    with pytest.raises(ValueError, match="out"):
+        gpu.gemv_q8(x, q, d, out=cp.empty((2, 9), cp.float32))
+    with pytest.raises(ValueError, match="32"):
+        gpu.q8_weight(cp.ones((4, 48), cp.float32))
+    with pytest.raises(ValueError, match="x"):
+        gpu.gemv_q8(x[:, ::2], q[:, :32].copy(), d[:, :1].copy())  # non-contiguous x
+    with pytest.raises(ValueError, match="w"):
+        gpu.linear(x, cp.ones((5, 63), cp.float32))

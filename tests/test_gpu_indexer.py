@@ -1,0 +1,270 @@
+"""GPU indexer (kernels_cuda/indexer.cu) against the golden model: queries, block keys, block
+scores, and the per-row top-k selection (ids, token lists, masks).
+
+Tolerances: the kernels sum the block means and the scores in float64 and round once, and run
+RoPE in float64, as golden does; they differ from golden only in summation order (~1e-16
+relative before the float32 rounding) and in the RMSNorm mean of squares (float64 here, float32
+pairwise in golden: a few float32 ulps of rstd). So norm/RoPE outputs get 8 ulps (ULPS = 8 *
+2^-24, relative, plus the same times the vector's scale for entries near 0), and scores 1 ulp.
+Selection must match exactly on inputs whose score gaps exceed that by far (constructed with
+gaps >= 1e-3 relative, and asserted), and on exact ties (identical block keys give identical
+float32 scores on both sides: ties go to the lower index).
+"""
+import numpy as np
+import pytest
+
+import qwenref
+from qwenref import golden
+
+pytestmark = pytest.mark.gpu
+
+ULPS = 8 * 2.0 ** -24
+
+
+@pytest.fixture
+def cp():
+    from qwenref.gpu._runtime import cupy
+    return cupy()
+
+
+@pytest.fixture
+def gpu():
+    import qwenref.gpu as g
+    return g
+
+
+def idx_cfg(R=8, kblk=4, inh=2, ihd=32, hd=64):
+    return qwenref.AttnConfig.tiny().replace(
+        head_dim=hd, indexer_compress_ratio=R, indexer_budget=kblk * R, indexer_n_heads=inh,
+        indexer_head_dim=ihd)
+
+
+def empty_caches(gpu, cfg, max_t, T):
+    """A golden and a GPU cache of length T (K/V unused here) with zeroed indexer state."""
+    gc = golden.KVCache(cfg, max_t=max_t, kind="f32")
+    gc.length = T
+    cache = gpu.KVCache(cfg, max_t=max_t, kind="f32")
+    cache.length = T
+    return gc, cache
+
+
+def assert_close_ulps(cp, got, ref, what):
+    got = cp.asnumpy(got)
+    assert np.isfinite(got).all(), f"{what}: non-finite values (NaN poison left?)"
+    scale = np.abs(ref).max(axis=-1, keepdims=True)
+    err = np.abs(got - ref)
+    tol = ULPS * (np.abs(ref) + scale)
+    assert (err <= tol).all(), f"{what}: max err {err.max():.3g} (tol {tol.flat[err.argmax()]:.3g})"
+
+
+def test_indexer_queries(cp, gpu, rng):
+    """Positions up to 128k: golden's float64 angles are matched (float32 angles would be off
+    by ~1e-2 rad there)."""
+    nb, inh, ihd, rd = 3, 4, 128, 64
+    q_raw = (rng.standard_normal((nb, inh, ihd)) * 3 + 0.5).astype(np.float32)
+    q_raw[:, :, 7] *= 40.0                                     # an outlier channel
+    w = (rng.standard_normal(ihd) * 0.2).astype(np.float32)
+    pos = np.array([3, 1000, 131071], np.int32)
+    ref = golden.indexer_queries(q_raw, w, pos, rd, 1e7, eps=1e-6)
+    out = cp.full((nb, inh, ihd), np.nan, np.float32)
+    got = gpu.indexer_queries(cp.asarray(q_raw), cp.asarray(w), cp.asarray(pos), rd, 1e7,
+                              eps=1e-6, out=out)
+    assert got is out
+    assert_close_ulps(cp, out, ref, "queries")
+
+
+def test_update_block_keys(cp, gpu, rng):
+    """Two incremental updates cover blocks [0, 3) and [3, 9); nothing else is written."""
+    cfg = idx_cfg(R=8, ihd=32)
+    T, max_t = 8 * 9 + 5, 100
+    raw = (rng.standard_normal((max_t, 32)) + rng.standard_normal(32)).astype(np.float32)
+    w = (rng.standard_normal(32) * 0.3).astype(np.float32)
+    gc, cache = empty_caches(gpu, cfg, max_t, T)
+    gc.idx_keys[:] = raw
+    cache.idx_keys[...] = cp.asarray(raw)
+    cache.blk_keys[...] = np.nan
+    assert list(golden.update_block_keys(gc, w, cfg, 0, T)) == list(range(9))
+    wd = cp.asarray(w)
+    assert list(gpu.update_block_keys(cache, wd, cfg, 0, 30)) == [0, 1, 2]
+    assert list(gpu.update_block_keys(cache, wd, cfg, 30, T)) == list(range(3, 9))
+    assert list(gpu.update_block_keys(cache, wd, cfg, T, T)) == []
+    got = cp.asnumpy(cache.blk_keys)
+    assert_close_ulps(cp, cache.blk_keys[:9], gc.blk_keys[:9], "block keys")
+    assert np.isnan(got[9:]).all(), "blocks that did not complete were written"
+
+
+def test_block_scores(cp, gpu, rng):
+    """Rows crossing a block boundary; past a row's complete blocks the score is -inf."""
+    cfg = idx_cfg(R=8, inh=3, ihd=32)
+    T, max_t, nb = 8 * 6 + 1, 80, 3                            # rows t = 46, 47, 48: nc 5, 6, 6
+    gc, cache = empty_caches(gpu, cfg, max_t, T)
+    bk = rng.standard_normal((max_t // 8, 32)).astype(np.float32)
+    cache.blk_keys[...] = cp.asarray(bk)
+    q = rng.standard_normal((nb, 3, 32)).astype(np.float32)
+    base_pos = T - nb
+    out = gpu.block_scores(cp.asarray(q), cache, base_pos,
+                           out=cp.full((nb, max_t // 8), np.nan, np.float32))
+    got = cp.asnumpy(out)
+    for b in range(nb):
+        nc = (base_pos + b + 1) // 8
+        ref = golden.block_scores(q[b], bk[:nc])
+        d = q[b] @ bk[:nc].T                                   # [inh, nc]
+        assert (d < 0).any() and (d > 0).any(), "input meant to make relu matter"
+        # both sides: float64 sums rounded once -> equal up to one float32 ulp
+        assert np.abs(got[b, :nc] - ref).max() <= 2.0 ** -23 * np.abs(ref).max(), f"row {b}"
+        assert np.isneginf(got[b, nc:]).all()
+
+
+def designed_scores_cache(cp, gpu, cfg, max_t, T, nb, rng, ties=None, zeros=()):
+    """Block keys and queries whose scores are c_j * const with c_j = 1.01^perm_j (relative gaps
+    ~1%), plus tiny noise; `ties` = block ids given identical keys, `zeros` = block ids whose
+    dot with every query head is negative (score exactly 0)."""
+    R, ihd, inh = cfg.indexer_compress_ratio, cfg.indexer_head_dim, cfg.indexer_n_heads
+    nblk = max_t // R
+    e = rng.standard_normal(ihd)
+    e /= np.linalg.norm(e)
+    c = 1.01 ** rng.permutation(nblk)
+    bk = c[:, None] * e[None] + 1e-6 * rng.standard_normal((nblk, ihd))
+    if ties is not None:
+        bk[list(ties)] = bk[ties[0]]
+    for j in zeros:
+        bk[j] = -bk[j]
+    q = rng.uniform(0.5, 2.0, (nb, inh, 1)) * e + 1e-6 * rng.standard_normal((nb, inh, ihd))
+    bk, q = bk.astype(np.float32), q.astype(np.float32)
+    _, cache = empty_caches(gpu, cfg, max_t, T)
+    cache.blk_keys[...] = cp.asarray(bk)
+    return cache, bk, q
+
+
+def check_selection(cp, got, q, bk, base_pos, cfg, min_gap=1e-3):
+    sel_idx, sel_n, mask = (cp.asnumpy(a) for a in got)
+    R, kblk = cfg.indexer_compress_ratio, cfg.kblk
+    nb = q.shape[0]
+    assert sel_idx.shape == (nb, kblk * R + R) and mask.shape == (nb, bk.shape[0])
+    for b in range(nb):
+        t = base_pos + b
+        nc = (t + 1) // R
+        idx_ref, mask_ref = golden.row_selection(t, q[b], bk, R, kblk)
+        assert (mask[b, nc:] == 0).all(), f"row {b}: mask set past the complete blocks"
+        assert (mask[b, :nc] == mask_ref).all(), f"row {b}: block mask differs from golden"
+        if nc <= kblk:
+            assert sel_n[b] == 0 and (sel_idx[b] == -1).all(), f"row {b} (nc={nc}) must be dense"
+            continue
+        if min_gap:
+            s = np.sort(golden.block_scores(q[b], bk[:nc - 1]).astype(np.float64))
+            gap = np.min(np.diff(s) / s[1:])
+            assert gap >= min_gap, f"row {b}: score gap {gap:.2g} too small for a meaningful test"
+        n = sel_n[b]
+        assert n == len(idx_ref), f"row {b}: sel_n {n} != {len(idx_ref)}"
+        assert (sel_idx[b, :n] == idx_ref).all(), f"row {b}: token list differs from golden"
+        assert (sel_idx[b, n:] == -1).all(), f"row {b}: entries past sel_n must be -1"
+
+
+def poisoned_outputs(cp, nb, cfg, nblk):
+    W = cfg.kblk * cfg.indexer_compress_ratio + cfg.indexer_compress_ratio
+    return dict(sel_idx_out=cp.full((nb, W), 12345, cp.int32),
+                sel_n_out=cp.full((nb,), 777, cp.int32),
+                mask_out=cp.full((nb, nblk), 7, cp.uint8),
+                scores_out=cp.full((nb, nblk), np.nan, cp.float32))
+
+
+def test_select_first_selective_row(cp, gpu, rng):
+    """kblk = 4, R = 8: rows t = 37, 38 (nc = 4: dense, the last dense one is t+1 = 39), t = 39
+    (t+1 = 40 = (kblk+1)*R: the first selective row, no tail) and t = 40 (tail of 1)."""
+    cfg = idx_cfg(R=8, kblk=4)
+    max_t, nb, base_pos = 64, 4, 37
+    cache, bk, q = designed_scores_cache(cp, gpu, cfg, max_t, base_pos + nb, nb, rng)
+    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg,
+                          **poisoned_outputs(cp, nb, cfg, max_t // 8))
+    check_selection(cp, got, q, bk, base_pos, cfg)
+    assert cp.asnumpy(got[1]).tolist() == [0, 0, 32, 33]
+
+
+def test_select_many_blocks(cp, gpu, rng):
+    """kblk = 32 over 1100 block slots (more than one per thread of the 1024-thread kernel),
+    rows crossing a block boundary."""
+    cfg = idx_cfg(R=8, kblk=32, inh=4, ihd=64)
+    max_t, nb = 8 * 1100, 3
+    base_pos = max_t - nb                                      # t = 8797, 8798, 8799: nc 1099, 1099, 1100
+    cache, bk, q = designed_scores_cache(cp, gpu, cfg, max_t, max_t, nb, rng)
+    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg,
+                          **poisoned_outputs(cp, nb, cfg, max_t // 8))
+    check_selection(cp, got, q, bk, base_pos, cfg)
+
+
+@pytest.mark.parametrize("zeros", [False, True])
+def test_select_exact_ties_go_to_the_lower_index(cp, gpu, rng, zeros):
+    """Identical block keys (or scores exactly 0 after relu) straddling the selection boundary:
+    the lower indices win, as in golden's stable sort."""
+    cfg = idx_cfg(R=8, kblk=4)
+    max_t, nb = 8 * 40, 2
+    base_pos = 8 * 20 - 1                                      # nc = 20, 20: 19 candidates, keep 3
+    if zeros:
+        # every candidate but 1 scores exactly 0: the 2 zero-slots go to the lowest indices
+        others = [j for j in range(19) if j != 11]
+        cache, bk, q = designed_scores_cache(cp, gpu, cfg, max_t, base_pos + nb, nb, rng,
+                                             zeros=others)
+    else:
+        cache, bk, q = designed_scores_cache(cp, gpu, cfg, max_t, base_pos + nb, nb, rng)
+        s = golden.block_scores(q[0], bk[:19])
+        order = np.argsort(-s, kind="stable")
+        tie = sorted(order[1:6].tolist())                      # ranks 2..6 tie: 2 of 5 kept
+        bk[tie] = bk[tie[0]]
+        cache.blk_keys[...] = cp.asarray(bk)
+    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg,
+                          **poisoned_outputs(cp, nb, cfg, max_t // 8))
+    check_selection(cp, got, q, bk, base_pos, cfg, min_gap=0)
+    for b in range(nb):
+        s = golden.block_scores(q[b], bk[:19])
+        kept = np.flatnonzero(cp.asnumpy(got[2])[b, :19])
+        boundary = np.sort(s)[::-1][2]                         # the 3rd best candidate score
+        assert (s == boundary).sum() > 1, "input meant to tie at the selection boundary"
+        assert (s[kept] >= boundary).all()
+
+
+def test_selection_drives_attention(cp, gpu, rng):
+    """select_rows' lists fed to decode_attention: equal to golden attention over golden's
+    row_selection tokens (dense rows included)."""
+    cfg = idx_cfg(R=8, kblk=4)
+    T, nb = 44, 5                                              # t = 39..43: first selective is 39
+    gc = golden.KVCache(cfg, max_t=64, kind="q8")
+    k = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    v = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    gc.append(k, v, index_k=rng.standard_normal((T, 32)).astype(np.float32))
+    cache = gpu.KVCache.from_golden(gc)
+    base_pos = T - nb - 1                                      # t = 38 (dense) .. 42
+    _, bk, qi = designed_scores_cache(cp, gpu, cfg, 64, T, nb, rng)
+    cache.blk_keys[...] = cp.asarray(bk)
+    sel_idx, sel_n, _ = gpu.select_rows(cp.asarray(qi), cache, base_pos, cfg)
+    q = (rng.standard_normal((nb, cfg.nh, cfg.head_dim)) * 0.7).astype(np.float32)
+    out = cp.asnumpy(gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=2,
+                                          sel_idx=sel_idx, sel_n=sel_n))
+    K, V = gc.keys(T), gc.values(T)
+    assert (cp.asnumpy(sel_n) == 0).any() and (cp.asnumpy(sel_n) > 0).any()
+    for b in range(nb):
+        idx, _ = golden.row_selection(base_pos + b, qi[b], bk, 8, 4)
+        ref = golden.decode_attention(q[b], K[:, idx], V[:, idx], n_splits=2)
+        # float32 kernel sums vs golden float64: see tests/test_gpu_attention.py (REL = 1e-4)
+        scale = max(1.0, float(np.abs(ref).max()))
+        assert np.abs(out[b] - ref).max() <= 1e-4 * scale, f"row {b}"
+
+
+def test_argument_checks(cp, gpu, rng):
+    cfg = idx_cfg()
+    _, cache = empty_caches(gpu, cfg, 64, 20)
+    q = cp.zeros((2, 2, 32), cp.float32)
+    with pytest.raises(ValueError, match="base_pos"):
+        gpu.select_rows(q, cache, 19, cfg)
+    with pytest.raises(ValueError, match="q"):
+        gpu.block_scores(cp.zeros((2, 2, 16), cp.float32), cache, 0)
+    with pytest.raises(ValueError, match="indexer"):
+        gpu.select_rows(q, cache, 0, cfg.replace(indexer_n_heads=0, indexer_head_dim=0,
+                                                 indexer_compress_ratio=0, indexer_budget=0))
+    with pytest.raises(ValueError, match="t1"):
+        gpu.update_block_keys(cache, cp.zeros(32, cp.float32), cfg, 10, 5)
+    with pytest.raises(ValueError, match="t1"):
+        gpu.update_block_keys(cache, cp.zeros(32, cp.float32), cfg, 0, 21)
+    with pytest.raises(TypeError, match="positions"):
+        gpu.indexer_queries(q, cp.zeros(32, cp.float32), cp.zeros(2, cp.int64), 16, 1e4)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        gpu.indexer_queries(q, cp.zeros(32, cp.float32), cp.zeros(2, cp.int32), 33, 1e4)

@@ -1,0 +1,85 @@
+"""Every kernels_cuda/*.cu builds with nvcc for sm_90 (CI has nvcc, no GPU), and the ptxas
+report parser reads what nvcc prints."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qwenref.gpu import compile_check
+
+ROOT = Path(__file__).resolve().parent.parent
+CU_FILES = sorted((ROOT / "kernels_cuda").glob("*.cu"))
+NVCC = compile_check.find_nvcc()
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found: kernel compile check skipped")
+
+# extern "C" __global__ [qualifiers] void name(   (__launch_bounds__(...) is removed first)
+_DECL = re.compile(r'extern\s+"C"\s+__global__\s+(?:\w+\s+)*?(\w+)\s*\(')
+_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
+
+
+def declared_kernels(source: str) -> set:
+    return set(_DECL.findall(_BOUNDS.sub(" ", source)))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cu", CU_FILES, ids=[p.name for p in CU_FILES])
+def test_kernel_compiles(cu):
+    ok, kernels, messages = compile_check.compile_file(cu, NVCC)
+    assert ok, f"{cu.name} does not compile with nvcc -arch={compile_check.ARCH}:\n{messages}"
+    declared = declared_kernels(cu.read_text())
+    reported = {k.name for k in kernels}
+    # every extern "C" kernel in the source must reach ptxas under its plain name (CuPy looks
+    # kernels up by that name); a missing one means it was mangled or compiled out
+    assert declared <= reported, \
+        f"{cu.name}: declared {sorted(declared)}, ptxas saw {sorted(reported)}"
+
+
+@needs_nvcc
+def test_cli_fails_on_a_broken_kernel(tmp_path):
+    bad = tmp_path / "broken.cu"
+    bad.write_text('extern "C" __global__ void k(float* x) { x[0] = undefined_name; }\n')
+    good = tmp_path / "fine.cu"
+    good.write_text('extern "C" __global__ void fine(float* x) { x[threadIdx.x] = 1.0f; }\n')
+    r = subprocess.run([sys.executable, "-m", "qwenref.gpu.compile_check", str(good), str(bad)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "broken.cu" in r.stdout and "FAILED TO COMPILE" in r.stdout
+    assert re.search(r"fine\.cu\s+fine\s+\d+", r.stdout), r.stdout
+
+
+def test_cli_skips_without_nvcc(monkeypatch, capsys):
+    monkeypatch.setattr(compile_check, "find_nvcc", lambda: None)
+    assert compile_check.main([]) == 0
+    assert "skipping" in capsys.readouterr().out
+
+
+def test_declared_kernels():
+    src = """extern "C" __global__ void foo(float* x) {}
+extern "C" __global__ __launch_bounds__(256) void bar (int n) {}
+extern "C"
+__global__ void __launch_bounds__(128, 2) baz(const float* __restrict__ x) {}
+__device__ float helper(float x) { return x; }
+"""
+    assert declared_kernels(src) == {"foo", "bar", "baz"}
+
+
+def test_parse_ptxas():
+    # nvcc 13.0's report for two kernels (trimmed); values differ per field so a swap shows
+    text = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'b' for 'sm_90'
+ptxas info    : Function properties for b
+    256 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 21 registers, used 0 barriers, 256 bytes cumulative stack size
+ptxas info    : Compile time = 13.606 ms
+ptxas info    : Compiling entry function 'a' for 'sm_90'
+ptxas info    : Function properties for a
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 10 registers, used 1 barriers, 1024 bytes smem, 360 bytes cmem[0]
+"""
+    b, a = compile_check.parse_ptxas(text)
+    fields = lambda k: (k.name, k.registers, k.stack, k.spill_stores, k.spill_loads, k.smem)
+    assert fields(b) == ("b", 21, 256, 8, 12, 0)
+    assert fields(a) == ("a", 10, 0, 0, 0, 1024)
