@@ -21,19 +21,25 @@
 // w, w+NWARP, ... of the split (TT tokens each); lane l owns dims [l*DPL, l*DPL+DPL), DPL = hd/32,
 // for every kind (a q8 group of 32 and a turbo group of 16 never straddle two lanes' ranges).
 // Per tile: load raw K and V of TT tokens (the next tile's raw bytes are prefetched into registers
-// while this one is computed), dequantize K once and use each value for all n_rep heads, reduce
-// the TT*n_rep partial dots across the warp with a butterfly reduce-scatter (31 shuffles for 32
-// slots instead of 5 per value), base-2 online softmax, P*V with each dequantized V value again
-// used for all n_rep heads. The NWARP warp states merge in shared memory at the end.
+// while this one is computed: ping-pong buffers), dequantize K once and use each value for all
+// n_rep heads, reduce the TT*n_rep partial dots across the warp with a butterfly reduce-scatter
+// (31 shuffles for 32 slots instead of 5 per value), base-2 online softmax, P*V with each
+// dequantized V value again used for all n_rep heads. The NWARP warp states merge in shared
+// memory at the end.
 // combine: grid (nh, nb), block hd.
 //
 // Bytes the partials must move (one row; nb rows share them through L2), T visible tokens:
 //   q8:     K+V int8 2*T*nkv*hd  +  scales 2*T*nkv*(hd/32)*2  (hd 256: 528 B per token per kv head)
 //   turboN: 2*T*nkv*(hd/16)*(2N + 2);  bf16: 2*T*nkv*hd*2;  f32: 2*T*nkv*hd*4
 //   plus q (nh*hd*4), partials out S*nh*(hd+2)*4 (read again by the combine).
-// Instructions per token per kv head per lane, q8, hd 256, n_rep 6 (see TUNING.md): K and V
-// 8 dims each: 2 LDG.64 + 2 LDG.16 (scales), 16 PRMT + 16 FADD (int8 -> float, no I2F),
-// 96 FFMA (48 QK + 48 PV), ~8 SHFL + 2 LDS.128 + 1 EX2 (softmax, amortized over the tile).
+// Instructions, q8, hd 256, n_rep 6 (SASS of the main loop, per token per kv head per row, in
+// warp instructions; TUNING.md has the full mix): 96 FFMA (48 QK + 48 PV), 16 PRMT + 16 FADD
+// (int8 -> float via the 2^23 magic: I2F would issue at 1/8 the FFMA rate), ~8 SHFL + ~14 FSEL
+// (butterfly), ~13 FMUL (scales; the rescale is skipped while the max holds), 5 LDG, ~80 other
+// (addresses, moves, softmax): ~250 in all, so at the 27B shape this kernel is issue-bound at ~2x the time of its bytes, and
+// any fp32 CUDA-core kernel is bound by its 96 FFMA + 32 conversions (~128 instr/token, ~94% of
+// the copy time) before anything else: >= 85% of copy bandwidth, and nb=4 at <= 1.3x nb=1, need
+// tensor cores (TUNING.md sketches that kernel).
 //
 // Differences from the golden model: float32 throughout like golden, but a different summation
 // order (lanes, then the butterfly, then warps, then splits), q pre-multiplied by hd^-0.5*log2(e)
@@ -67,6 +73,8 @@
 
 namespace {
 
+// NVRTC compiles without <math.h>: no infinity macro there
+__device__ __forceinline__ float inf_f() { return __int_as_float(0x7f800000); }
 constexpr int HD = ATTN_HD;
 constexpr int NREP = ATTN_NREP;
 constexpr int NWARP = ATTN_NWARP;
@@ -300,7 +308,7 @@ __device__ __forceinline__ void attn_partials_impl(
   if (lo >= hi) {                            // empty split: m = -inf, l = 0, o = 0 (golden)
     for (int p = threadIdx.x; p < NREP * HD; p += blockDim.x) o_dst[p] = 0.f;
     for (int p = threadIdx.x; p < NREP; p += blockDim.x) {
-      m_dst[p] = -INFINITY;
+      m_dst[p] = -inf_f();
       l_dst[p] = 0.f;
     }
     return;
@@ -324,7 +332,7 @@ __device__ __forceinline__ void attn_partials_impl(
   const int my_t = my_slot >> LOG_NP, my_h = my_slot & (NP - 1);
   const bool slot_writer = (lane & (REP - 1)) == 0;
 
-  float m_run = -INFINITY, l_run = 0.f;      // for head my_h (this lane's slot)
+  float m_run = -inf_f(), l_run = 0.f;      // for head my_h (this lane's slot)
   float o[NREP][DPL];
 #pragma unroll
   for (int h = 0; h < NREP; ++h)
@@ -391,7 +399,7 @@ __device__ __forceinline__ void attn_partials_impl(
     }
     float s = part[0];
     const bool valid = start + my_t < hi && my_h < NREP;
-    if (!valid) s = -INFINITY;
+    if (!valid) s = -inf_f();
 
     // online softmax for (my_t, my_h); token bits of the slot are lane bits [5-LOG_V+LOG_NP, 5)
     float tmax = s;
@@ -399,8 +407,8 @@ __device__ __forceinline__ void attn_partials_impl(
     for (int bit = 5 - LOG_V + LOG_NP; bit < 5; ++bit)
       tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1 << bit));
     const float m_new = fmaxf(m_run, tmax);
-    const float alpha = m_run == -INFINITY ? 0.f : exp2f(m_run - m_new);
-    float p = s == -INFINITY ? 0.f : exp2f(s - m_new);
+    const float alpha = m_run == -inf_f() ? 0.f : exp2f(m_run - m_new);
+    float p = s == -inf_f() ? 0.f : exp2f(s - m_new);
     float psum = p;
 #pragma unroll
     for (int bit = 5 - LOG_V + LOG_NP; bit < 5; ++bit)
@@ -473,15 +481,15 @@ __device__ __forceinline__ void attn_partials_impl(
   __syncthreads();
   for (int p = threadIdx.x; p < NREP * HD; p += blockDim.x) {
     const int h = p / HD;
-    float M = -INFINITY;
+    float M = -inf_f();
 #pragma unroll
     for (int w = 0; w < NWARP; ++w) M = fmaxf(M, s_ml[0][w][h]);
     float acc = 0.f, L = 0.f;
-    if (M != -INFINITY) {
+    if (M != -inf_f()) {
 #pragma unroll
       for (int w = 0; w < NWARP; ++w) {
         const float mw = s_ml[0][w][h];
-        const float c = mw == -INFINITY ? 0.f : exp2f(mw - M);
+        const float c = mw == -inf_f() ? 0.f : exp2f(mw - M);
         acc = fmaf(c, smem[w * NREP * HD + p], acc);
         L = fmaf(c, s_ml[1][w][h], L);
       }
@@ -532,16 +540,16 @@ extern "C" __global__ void attn_combine(
 
   const float* mb = m + (size_t)b * S * nh + h;
   const float* lb = l + (size_t)b * S * nh + h;
-  float mx = -INFINITY;
+  float mx = -inf_f();
   for (int i = d; i < S; i += hd) mx = fmaxf(mx, mb[(size_t)i * nh]);
   mx = warp_max(mx);
   if (d % 32 == 0) s_red[d / 32] = mx;
   __syncthreads();
-  float M = -INFINITY;
+  float M = -inf_f();
   for (int w = 0; w < (hd + 31) / 32; ++w) M = fmaxf(M, s_red[w]);
   for (int i = d; i < S; i += hd) {
     const float mi = mb[(size_t)i * nh];
-    s_w[i] = (mi == -INFINITY || M == -INFINITY) ? 0.f : exp2f(mi - M);
+    s_w[i] = (mi == -inf_f() || M == -inf_f()) ? 0.f : exp2f(mi - M);
   }
   __syncthreads();
   float L = 0.f, acc = 0.f;

@@ -34,6 +34,8 @@
 
 namespace {
 
+// NVRTC compiles without <math.h>: no infinity macro there
+__device__ __forceinline__ float inf_f() { return __int_as_float(0x7f800000); }
 constexpr int SEL_THREADS = 1024;
 constexpr int SEL_ITEMS = 8;                  // blocks per thread: nblk <= 8192 (wrapper checks)
 constexpr int MAX_IHD = 512;
@@ -167,7 +169,7 @@ extern "C" __global__ void __launch_bounds__(256) indexer_block_scores(
   if (j >= nblk) return;
   float* dst = out + (size_t)b * nblk + j;
   if (j >= nc) {
-    if (lane == 0) *dst = -INFINITY;
+    if (lane == 0) *dst = -inf_f();
     return;
   }
   const float* kj = bkeys + (size_t)j * ihd;

@@ -4,8 +4,9 @@ scores, and the per-row top-k selection (ids, token lists, masks).
 Tolerances: the kernels sum the block means and the scores in float64 and round once, and run
 RoPE in float64, as golden does; they differ from golden only in summation order (~1e-16
 relative before the float32 rounding) and in the RMSNorm mean of squares (float64 here, float32
-pairwise in golden: a few float32 ulps of rstd). So norm/RoPE outputs get 8 ulps (ULPS = 8 *
-2^-24, relative, plus the same times the vector's scale for entries near 0), and scores 1 ulp.
+pairwise in golden: a few float32 ulps of rstd; a numpy emulation of exactly that reaches ~2
+ulps of the vector scale at worst). So norm/RoPE outputs get 16 ulps (ULPS = 16 * 2^-24,
+relative, plus the same times the vector's scale for entries near 0), and scores 1 ulp.
 Selection must match exactly on inputs whose score gaps exceed that by far (constructed with
 gaps >= 1e-3 relative, and asserted), and on exact ties (identical block keys give identical
 float32 scores on both sides: ties go to the lower index).
@@ -18,7 +19,7 @@ from qwenref import golden
 
 pytestmark = pytest.mark.gpu
 
-ULPS = 8 * 2.0 ** -24
+ULPS = 16 * 2.0 ** -24
 
 
 @pytest.fixture
@@ -244,9 +245,9 @@ def test_selection_drives_attention(cp, gpu, rng):
     for b in range(nb):
         idx, _ = golden.row_selection(base_pos + b, qi[b], bk, 8, 4)
         ref = golden.decode_attention(q[b], K[:, idx], V[:, idx], n_splits=2)
-        # float32 kernel sums vs golden float64: see tests/test_gpu_attention.py (REL = 1e-4)
+        # float32 kernel sums vs golden float64: see tests/test_gpu_attention.py (REL = 2e-5)
         scale = max(1.0, float(np.abs(ref).max()))
-        assert np.abs(out[b] - ref).max() <= 1e-4 * scale, f"row {b}"
+        assert np.abs(out[b] - ref).max() <= 2e-5 * (scale + np.abs(ref)).max(), f"row {b}"
 
 
 def test_argument_checks(cp, gpu, rng):

@@ -17,6 +17,7 @@ golden.attn_partials on the same row with the same n_splits.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -150,13 +151,20 @@ def _partials_kernel(cache):
 
 
 # ---- split count -------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_id):
+    return int(cupy().cuda.Device(device_id).attributes["MultiProcessorCount"])
+
+
 def auto_n_splits(kern, n_vis_max, nkv, nb):
     """Enough CTAs for one full wave: n_SM * (CTAs per SM the kernel's registers allow) CTAs,
     S = ceil(that / (nkv * nb)), clamped to [1, min(chunks of the longest row, MAX_SPLITS)]."""
-    cp = cupy()
-    dev = cp.cuda.Device()
-    n_sm = dev.attributes["MultiProcessorCount"]
-    regs = max(int(kern.num_regs), 1)
+    n_sm = _sm_count(cupy().cuda.Device().id)
+    try:
+        regs = int(kern.num_regs)
+    except AttributeError:                                      # older CuPy: the attribute dict
+        regs = int(kern.attributes.get("num_regs", 255))
+    regs = max(regs, 1)
     regs_per_warp = -(-regs * 32 // 256) * 256                 # allocation unit: 256 per warp
     warps = min(65536 // regs_per_warp, 64)
     per_sm = max(warps // _NWARP, 1)
