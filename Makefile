@@ -49,9 +49,10 @@ compile-check: $(STAMP)
 	$(PY) -m qwenref.gpu.compile_check
 
 # The deliberate GPU step, on a machine with CuPy and a GPU (no venv: the GPU machine has its
-# packages preinstalled and reaches no registry): record the benchmark, then execute the
-# notebooks IN PLACE so their committed outputs come from a GPU run. The bench refuses to record
-# without QWENREF_COMMIT=<sha of the commit being measured>.
+# packages preinstalled and reaches no registry): GPU tests first (no point timing a wrong
+# kernel), then the benchmark into results/, then the notebooks executed IN PLACE so their
+# committed outputs come from a GPU run (a failing one is not written back). The bench refuses
+# to record without QWENREF_COMMIT=<sha of the commit being measured>.
 gpu-refresh:
 	$(PYTHON) -m pytest -q -m gpu tests/
 	$(PYTHON) -m qwenref.bench
