@@ -89,6 +89,9 @@ __device__ __forceinline__ void gemv_q8_body(
 #pragma unroll
         for (int r = 0; r < GEMV_ROWS; ++r) acc[b][r] = 0.0f;
 
+    // Two iterations unrolled for NB <= 2 so each lane has 8 independent 16-byte weight loads
+    // in flight (the decode case has little other work to hide memory latency behind).
+#pragma unroll(NB <= 2 ? 2 : 1)
     for (int c = lane; c < nchunk; c += 32) {
         int4 wq[GEMV_ROWS];
         float s[GEMV_ROWS];

@@ -1,4 +1,4 @@
-"""python -m qwenref.bench [--quick] [--only STAGE] [--out DIR] [--dry]
+"""python -m qwenref.bench [--quick] [--only STAGE[,STAGE...]] [--out DIR] [--dry]
 
 Validate every GPU kernel against the golden model on the same inputs, then time it, and record
 the numbers (DESIGN.md, "GPU side"):
@@ -253,15 +253,19 @@ def validate_doc(doc):
     return doc
 
 
+_ABBR = {"head_dim": "hd", "rotary_dim": "rd", "weights": "w", "budget": "B", "proj": ""}
+
+
 def format_shape(shape):
-    return " ".join(f"{k}={v}" for k, v in shape.items())
+    return " ".join(f"{_ABBR.get(k, k)}={v}" if _ABBR.get(k, k) else str(v)
+                    for k, v in shape.items())
 
 
 def _fmt(v, spec):
     return format(v, spec) if isinstance(v, (int, float)) and math.isfinite(v) else "-"
 
 
-_COLS = (("stage", 9), ("kernel", 36), ("shape", 44), ("µs", 10), ("GB/s", 8), ("% copy", 6),
+_COLS = (("stage", 9), ("kernel", 36), ("shape", 58), ("µs", 10), ("GB/s", 8), ("% copy", 6),
          ("rel_err", 9), ("speedup", 7))
 
 
@@ -273,7 +277,7 @@ def format_table(runs, copy_gbps=None):
         lines.insert(0, f"copy ceiling: {copy_gbps:.1f} GB/s (device-to-device, 2 x bytes / time)")
     for r in runs:
         cells = [r["stage"][:9].ljust(9), r["kernel"][:36].ljust(36),
-                 format_shape(r.get("shape", {}))[:44].ljust(44)]
+                 format_shape(r.get("shape", {}))[:58].ljust(58)]
         if r.get("error"):
             lines.append(" | ".join(cells) + " | ERROR " + r["error"])
             continue
@@ -300,10 +304,49 @@ def require_commit(env=None):
     return sha
 
 
-def write_results(doc, samples, out_dir, slug):
-    """results/<slug>.json and .npz. Refuses (ValueError) a document without a commit."""
+def merge_results(doc, samples, old_doc, old_samples):
+    """Keep old_doc's runs of the stages `doc` did not run (each run carries its own commit),
+    then doc's runs; sample keys renumbered to the merged order. -> (doc, samples)."""
+    ran = {r["stage"] for r in doc["runs"]}
+    kept = [(i, r) for i, r in enumerate(old_doc.get("runs", [])) if r["stage"] not in ran]
+    runs, merged = [], {}
+    for i, r in kept:
+        if i in old_samples:
+            merged[len(runs)] = old_samples[i]
+        runs.append(r)
+    for i, r in enumerate(doc["runs"]):
+        if i in samples:
+            merged[len(runs)] = samples[i]
+        runs.append(r)
+    return dict(doc, runs=runs), merged
+
+
+def read_results(out_dir, slug):
+    """(doc, samples) of results/<slug>.json/.npz, or (None, {}) when there are none."""
+    jpath, npath = Path(out_dir) / f"{slug}.json", Path(out_dir) / f"{slug}.npz"
+    if not jpath.exists():
+        return None, {}
+    doc = json.loads(jpath.read_text())
+    samples = {}
+    if npath.exists():
+        with np.load(npath) as z:
+            for k in z.files:
+                if k.endswith("_golden"):
+                    i = int(k[:-len("_golden")])
+                    samples[i] = (z[k], z[f"{i}_gpu"])
+    return doc, samples
+
+
+def write_results(doc, samples, out_dir, slug, merge=False):
+    """results/<slug>.json and .npz. Refuses (ValueError) a document without a commit. With
+    merge, runs of other stages already recorded there are kept (a bench split over several
+    device calls with --only)."""
     validate_doc(doc)
     out = Path(out_dir)
+    if merge:
+        old_doc, old_samples = read_results(out, slug)
+        if old_doc is not None:
+            doc, samples = merge_results(doc, samples, old_doc, old_samples)
     out.mkdir(parents=True, exist_ok=True)
     jpath, npath = out / f"{slug}.json", out / f"{slug}.npz"
 
@@ -440,7 +483,7 @@ def _host(a):
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
-def _randn(cp, shape, scale=1.0, outliers=True, seed=None):
+def _randn(cp, shape, scale=1.0, outliers=True):
     """Normal values with a few 8x outliers (so normalisation and amax paths see them)."""
     x = cp.random.standard_normal(shape, dtype=cp.float32) * np.float32(scale)
     if outliers and x.size >= 64:
@@ -526,17 +569,18 @@ def case_rope(ctx, nb):
 
 
 def case_wht(ctx, rows, n):
-    from . import golden, gpu
+    from . import golden
+    from .gpu.wht import wht as gpu_wht     # from its module: `wht` also names the submodule
     cp = ctx.cp
     x = _randn(cp, (rows, n))
     ws = bytes_wht(rows, n)
     nr = ctx.n_rot(ws)
     xs = [x] + [x.copy() for _ in range(nr - 1)]
     y = cp.full((rows, n), cp.nan, cp.float32)
-    gpu.wht(x, out=y)
+    gpu_wht(x, out=y)
     ref = golden.wht(_host(x))
     err = rel_err(_host(y), ref)
-    med, iqr = ctx.time(lambda i: gpu.wht(xs[i], out=y), nr)
+    med, iqr = ctx.time(lambda i: gpu_wht(xs[i], out=y), nr)
     ctx.add(make_run("wht", "wht", {"rows": rows, "n": n}, med, ws, ctx.copy_gbps, err, TOL_F32,
                      iqr_us=iqr), ref, _host(y))
 
@@ -747,7 +791,7 @@ def case_qsa(ctx, T, nb, kind="q8"):
         sel.append(mine if sn[b] > 0 else None)
         diff.append(len(np.setxor1d(mine, ridx)) / (2 * len(ridx)))
     med_sel, iqr = ctx.time(lambda i: gpu.select_rows(iq, cache, base, c))
-    ctx.add(make_run("indexer", "select_rows (rel_err: tokens differing)", shape, med_sel,
+    ctx.add(make_run("indexer", "select_rows (err: tokens differing)", shape, med_sel,
                      bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk), ctx.copy_gbps,
                      float(np.mean(diff)), TOL_SELECT, iqr_us=iqr))
 
@@ -997,12 +1041,12 @@ def _cases(quick):
 
 
 def run_all(quick=False, only=None):
-    """Run the cases (all, or one stage) -> (ctx, n_failed)."""
+    """Run the cases (all, or those of the stages in `only`) -> (ctx, n_failed)."""
     ctx = _Ctx(quick)
     print(f"{ctx.device}: copy ceiling {ctx.copy_gbps:.1f} GB/s, L2 {ctx.l2 / 2**20:.0f} MiB")
     print(format_table([]).splitlines()[0])
     for stage, kernel, shape, fn in _cases(quick):
-        if only and stage != only:
+        if only and stage not in only:
             continue
         n0 = len(ctx.runs)
         try:
@@ -1029,10 +1073,24 @@ def _versions(ctx):
             "torch": getattr(ctx.torch, "__version__", None)}
 
 
+def _stage_list(text):
+    stages = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in stages if t not in STAGES]
+    if bad or not stages:
+        raise argparse.ArgumentTypeError(f"unknown stage(s) {bad or text!r}; choose from "
+                                         f"{', '.join(STAGES)}")
+    return set(stages)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m qwenref.bench", description=__doc__.split("\n")[2])
+    ap = argparse.ArgumentParser(
+        prog="python -m qwenref.bench",
+        description="Validate every GPU kernel against the golden model, time it, and record "
+                    "results/<device>.json and .npz (needs QWENREF_COMMIT=<sha> unless --dry).")
     ap.add_argument("--quick", action="store_true", help="fewer, smaller runs and fewer repeats")
-    ap.add_argument("--only", choices=STAGES, help="run one stage")
+    ap.add_argument("--only", type=_stage_list, metavar="STAGE[,STAGE...]",
+                    help=f"run these stages of {','.join(STAGES)} (their runs replace those "
+                         f"stages' runs in an existing results file)")
     ap.add_argument("--out", default="results", help="directory for <device>.json/.npz")
     ap.add_argument("--dry", action="store_true", help="print the table, record nothing")
     args = ap.parse_args(argv)
@@ -1057,11 +1115,14 @@ def main(argv=None):
     doc = {"device": ctx.device, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(
         timespec="seconds"), "commit": commit or "", **_versions(ctx),
         "copy_gbps": ctx.copy_gbps, "l2_bytes": ctx.l2, "quick": bool(args.quick),
-        "only": args.only, "runs": ctx.runs}
+        "only": sorted(args.only) if args.only else None, "runs": ctx.runs}
     if args.dry:
         print("\n--dry: nothing recorded")
     else:
-        j, n = write_results(doc, ctx.samples, args.out, device_slug(ctx.device))
+        for r in ctx.runs:
+            r["commit"] = commit
+        j, n = write_results(doc, ctx.samples, args.out, device_slug(ctx.device),
+                             merge=args.only is not None)
         print(f"\nwrote {j} and {n}")
     if failed:
         print(f"{failed} run(s) failed or missed their tolerance", file=sys.stderr)

@@ -174,6 +174,27 @@ def test_write_results_refuses_without_commit(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_write_results_merge_replaces_only_the_stages_run(tmp_path):
+    def pair(v):
+        a = np.full(5, v, np.float32)
+        return a, a + 1
+    first = [_run(stage="norm", kernel="rms_norm"), _run(stage="gemv", kernel="gemv_q8")]
+    bench.write_results(_doc(first), {0: pair(0), 1: pair(1)}, tmp_path, "d")
+    # a later call that ran only gemv: norm's run and sample are kept, gemv's replaced
+    again = [_run(stage="gemv", kernel="gemv_q8", median_us=20.0),
+             _run(stage="gemv", kernel="linear f32")]
+    bench.write_results(_doc(again, commit="fedcba9"), {1: pair(7)}, tmp_path, "d", merge=True)
+    doc, samples = bench.read_results(tmp_path, "d")
+    assert [(r["stage"], r["kernel"]) for r in doc["runs"]] == [
+        ("norm", "rms_norm"), ("gemv", "gemv_q8"), ("gemv", "linear f32")]
+    assert doc["runs"][1]["median_us"] == 20.0 and doc["commit"] == "fedcba9"
+    assert sorted(samples) == [0, 2]
+    assert samples[0][0][0] == 0 and samples[2][0][0] == 7
+    # without merge the file holds exactly the new runs
+    bench.write_results(_doc(again), {}, tmp_path, "d")
+    assert len(bench.read_results(tmp_path, "d")[0]["runs"]) == 2
+
+
 def test_sample_pairs_is_bounded_and_deterministic():
     a = np.random.default_rng(0).standard_normal((100, 100)).astype(np.float32)
     r1, g1 = bench.sample_pairs(a, a * 2, seed=3)
@@ -230,6 +251,9 @@ def test_main_without_gpu_fails_cleanly_and_records_nothing(monkeypatch, tmp_pat
 def test_main_rejects_unknown_stage():
     with pytest.raises(SystemExit):
         bench.main(["--only", "nonsense", "--dry"])
+    with pytest.raises(SystemExit):
+        bench.main(["--only", "norm,nonsense", "--dry"])
+    assert bench._stage_list("norm, gemv") == {"norm", "gemv"}
 
 
 # ---- the run list covers the targets ---------------------------------------------------
