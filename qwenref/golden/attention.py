@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+from .._args import int_arg as _int_arg, sparse_arg as _sparse_arg
+
 __all__ = ["default_n_splits", "split_bounds", "attn_partials", "attn_combine",
            "decode_attention", "output_gate"]
 
@@ -26,12 +28,6 @@ LOG2E = 1.0 / math.log(2.0)     # log2(e): base-2 scores let kernels use exp2
 
 
 # ---- argument checks (ValueError / TypeError naming the argument) ------------------------------
-def _int_arg(name, x, lo):
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
-    if x < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {x}")
-    return int(x)
 
 
 def _float_array(name, x, ndim):
@@ -44,15 +40,6 @@ def _float_array(name, x, ndim):
     if not np.isfinite(a).all():
         raise ValueError(f"{name} must be finite (found inf or NaN)")
     return a
-
-
-def _sparse_arg(sparse_v):
-    if isinstance(sparse_v, (bool, np.bool_)) or not isinstance(sparse_v, (int, float, np.number)):
-        raise TypeError(f"sparse_v must be a float, got {type(sparse_v).__name__}")
-    sparse_v = float(sparse_v)
-    if not 0.0 <= sparse_v < 1.0:                # also rejects NaN
-        raise ValueError(f"sparse_v must be in [0, 1), got {sparse_v!r}")
-    return sparse_v
 
 
 def _check_qkv(q, k, v):

@@ -18,6 +18,8 @@ the float32 scores, so "exact ties" means equal float32 scores (0.0 and -0.0 tie
 """
 import numpy as np
 
+from .._args import int_arg as _int_arg
+
 from .norm import rms_norm
 from .rope import apply_rope
 
@@ -26,12 +28,6 @@ __all__ = ["indexer_project", "indexer_queries", "block_keys", "update_block_key
 
 
 # ---- argument checks (ValueError / TypeError naming the argument) ------------------------------
-def _int_arg(name, x, lo):
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
-    if x < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {x}")
-    return int(x)
 
 
 def _float_array(name, x, ndim=None):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._args import float_arg as _float_arg, int_arg as _int_arg
+
 from ._runtime import check_array, kernel, out_array
 
 __all__ = ["indexer_queries", "update_block_keys", "block_scores", "select_rows",
@@ -26,20 +28,6 @@ MAX_IHD = 512               # MAX_IHD in indexer.cu (the norm/RoPE vector lives 
 MAX_BLOCKS = 1024 * 8       # SEL_THREADS * SEL_ITEMS in indexer.cu
 _SCORE_WARPS = 8            # block keys per scoring CTA (256 threads)
 _SMEM_LIMIT = 48 * 1024
-
-
-def _int_arg(name, x, lo):
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
-    if x < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {x}")
-    return int(x)
-
-
-def _float_arg(name, x):
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.number)):
-        raise TypeError(f"{name} must be a float, got {type(x).__name__}")
-    return float(x)
 
 
 def _rotary_arg(rotary_dim, width):
