@@ -141,3 +141,73 @@ def time_gpu(fn, *args, n_repeat=100, n_warmup=10):
     from cupyx.profiler import benchmark
     res = benchmark(fn, args, n_repeat=n_repeat, n_warmup=n_warmup)
     return float(np.median(res.gpu_times[0]) * 1e6)
+
+
+def time_queued_us(fn, n=50, spin_us=4000, reps=5):
+    """GPU microseconds per call of fn(): a spin kernel holds the GPU while the host queues n
+    calls, so the host's launch gaps between calls are not timed (time_gpu times one call,
+    gaps included, which dominates for kernels of a few microseconds). Median of reps."""
+    import cupy as cp
+    from .gpu.gemv import spin_wait
+    fn()
+    cp.cuda.Device().synchronize()
+    ts = []
+    for _ in range(reps):
+        spin_wait(int(spin_us * 1000))
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        for _ in range(n):
+            fn()
+        b.record()
+        b.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / n)
+    return float(np.median(ts))
+
+
+def copy_ceiling_gbps(nbytes=1 << 30):
+    """Device-to-device copy of nbytes, counted as 2 * nbytes moved (read + write), in GB/s."""
+    import cupy as cp
+    a = cp.ones(nbytes // 4, cp.float32)
+    b = cp.empty_like(a)
+    us = time_queued_us(lambda: cp.copyto(b, a), n=5, spin_us=1000)
+    del a, b
+    return 2 * nbytes / us / 1e3
+
+
+def print_runs(runs, copy_gbps=None):
+    """One fixed-width line per run (bench fields; absent ones print '-')."""
+    def f(v, fmt):
+        return format(v, fmt) if isinstance(v, (int, float)) else "-"
+    if copy_gbps:
+        print(f"device copy ceiling {copy_gbps:.0f} GB/s")
+    for r in runs:
+        shape = ",".join(f"{k}={v}" for k, v in r.get("shape", {}).items())
+        line = (f"{str(r.get('kernel')):<26} {shape:<30} {f(r.get('median_us'), '9.2f')} us "
+                f"{f(r.get('gbps'), '7.0f')} GB/s {f(r.get('pct_of_copy'), '5.1f')}% of copy")
+        if r.get("rel_err") is not None:
+            line += f"  rel_err {r['rel_err']:.1e}"
+        if r.get("peer_median_us"):
+            line += (f"  | {r.get('peer')}: {r['peer_median_us']:.2f} us "
+                     f"(ours {f(r.get('speedup'), '.2f')}x)")
+        if r.get("code_match") is not None:
+            line += f"  | stored bytes equal to golden: {100 * r['code_match']:.4f}%"
+        print(line)
+
+
+def plot_peer(runs, ax, title=""):
+    """Grouped bars: our median time against the peer's, where a peer was timed (log scale)."""
+    runs = [r for r in runs if r.get("peer_median_us")]
+    if not runs:
+        ax.text(0.5, 0.5, "no peer timed", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    i = np.arange(len(runs))
+    ax.bar(i - 0.2, [r["median_us"] for r in runs], 0.4, label="qwenref")
+    ax.bar(i + 0.2, [r["peer_median_us"] for r in runs], 0.4, label=str(runs[0].get("peer")))
+    labels = [f"{r['kernel']}\n" + ",".join(f"{k}={v}" for k, v in r.get("shape", {}).items())
+              for r in runs]
+    ax.set_xticks(i, labels, rotation=30, ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("median µs (log)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
