@@ -39,7 +39,8 @@
 // (addresses, moves, softmax): ~250 in all, so at the 27B shape this kernel is issue-bound at ~2x the time of its bytes, and
 // any fp32 CUDA-core kernel is bound by its 96 FFMA + 32 conversions (~128 instr/token, ~94% of
 // the copy time) before anything else: >= 85% of copy bandwidth, and nb=4 at <= 1.3x nb=1, need
-// tensor cores (TUNING.md sketches that kernel).
+// tensor cores: attn_partials_q8_mma_n<NT8> below (q8/q8, hd 128/256, dense rows; the wrapper
+// picks it by default and keeps this kernel for every other case).
 //
 // Differences from the golden model: float32 throughout like golden, but a different summation
 // order (lanes, then the butterfly, then warps, then splits), q pre-multiplied by hd^-0.5*log2(e)
@@ -554,7 +555,24 @@ extern "C" __global__ void attn_combine(
   __syncthreads();
   float L = 0.f, acc = 0.f;
   const float* ob = o + ((size_t)b * S * nh + h) * hd + d;
-  for (int i = 0; i < S; ++i) {
+  // 8 splits' loads in flight per thread, then the FMAs in split order (same sums as a plain
+  // loop: deterministic, and the latency of S dependent loads is paid S/8 times)
+  int i = 0;
+  for (; i + 8 <= S; i += 8) {
+    float wv[8], lv[8], ov[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      wv[k] = s_w[i + k];
+      lv[k] = lb[(size_t)(i + k) * nh];
+      ov[k] = ob[(size_t)(i + k) * nh * hd];
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      L = fmaf(wv[k], lv[k], L);
+      acc = fmaf(wv[k], ov[k], acc);
+    }
+  }
+  for (; i < S; ++i) {
     const float w = s_w[i];
     L = fmaf(w, lb[(size_t)i * nh], L);
     acc = fmaf(w, ob[(size_t)i * nh * hd], acc);
@@ -572,3 +590,544 @@ extern "C" __global__ void attn_combine(
   }
   out[((size_t)b * nh + h) * hd + d] = y;
 }
+
+// =============================================================================================
+// attn_partials_q8_mma_n<NT8> — q8/q8 dense decode partials on tensor cores (mma.sync m16n8k16,
+// fp16 operands, fp32 accumulation). Same outputs as attn_partials_q8_q8 (m, l [nb, S, nh],
+// o [nb, S, nh, hd], golden's per-row split_bounds), for all nb rows of a batch in ONE CTA per
+// (kv head, split): K/V bytes are read and converted once for every row.
+//
+// Launch: grid (nkv, S), block Cfg<NT8>::NW*32 (4 warps; -DMMA_NW=8 allowed at hd 256), dynamic
+// shared memory Lay<NT8>::BYTES (attn_mma_smem_bytes reports it)
+// (> 48 KB: the wrapper raises the limit). Template NT8 = ceil(nb*NREP / 8) column tiles.
+// Columns c = b*NREP + r (row b, q head g*NREP + r) form the MMA's N dimension, padded to 8*NT8.
+//
+// Per CTA the token range is the union of the rows' split ranges [lo_b, hi_b) (golden's
+// split_bounds(base_pos + b + 1, S), so partials equal v1's/golden's); column c only sees tokens
+// in its row's range (others are -inf for it). Blocks of BT = 16*NW tokens stream through an
+// NSTAGE-deep cp.async pipeline (16-byte copies, 16-byte chunks XOR-swizzled by token & 7 so the
+// ldmatrix reads are bank-conflict free; tokens past the range are zero-filled). Per block:
+//  A (scores)  warp w takes tokens [16w, 16w+16): S^T[t, c] = sum_g d_k[t,g] * (K[t, g] . Q^T[g, c])
+//              with A = K (ldmatrix, int8 -> fp16 exact by PRMT(x ^ 0x80, 0x64) - 1152), B = q as
+//              fp16 hi + lo (two MMAs, ~22 bits; q pre-scaled by hd^-0.5*log2e*2^e, e a power of
+//              two per CTA putting max|q| in [2^13, 2^14): no fp16 overflow, lo never subnormal
+//              in a way that matters), one fresh fp32 C per 32-dim group, then FFMA by d_k.
+//              Column max over the warp's 16 tokens -> shared memory.
+//  B (softmax) every thread combines the NW warp maxima of its columns (all warps hold the same
+//              running max m), alpha = 2^(m_old - m_new), p = 2^(s - m_new), per-thread partial l,
+//              and writes P'[g][t][c] = fp16(p * d_v[t,g] * 2^PS) for every 32-dim group g
+//              (the V scale folded into the B operand of P.V; 2^PS keeps P' normal).
+//  C (P.V)     warp w owns dims [w*hd/NW, (w+1)*hd/NW): O^T[dims, c] += V^T[dims, t] . P'^T[t, c],
+//              A = V^T via ldmatrix.trans (token pairs per dim, int8 -> fp16 by PRMT), B = P'^T via
+//              ldmatrix.trans. O^T accumulators stay in registers across blocks (rescaled by alpha).
+// End: l summed over lanes and warps; o = O * 2^-PS written straight from the accumulators.
+//
+// Measured (H200, 27B shape, TUNING.md): T = 128k nb 1 74 us (~3.85 TB/s, the copy rate), nb 4
+// 127 us; v1 368 / 2489 us. Check `nvcc -Xptxas -v`: 0 bytes stack frame (a register array
+// indexed inside the partly unrolled group loop went to local memory once and cost 27%).
+//
+// Precision (vs golden float64): scores ~2^-22 relative (q hi/lo; int8 exact; fp32 sums), like
+// v1. P' is rounded to fp16: each weight p_t*d_t carries a relative error <= 2^-11, so
+// |o - o_golden| <= 2^-11 * sum_t p_t |v_t| (+ float32 terms): at most 2^-11 * max|v| on the
+// output, typically far less (independent roundings average out). Needs d_v * 2^PS <= 65504
+// (d_v <= 256, i.e. |v| <= 32512 before quantization). Sparse V and selective rows use v1.
+// =============================================================================================
+
+#ifndef MMA_NW
+#define MMA_NW 0                               // warps per CTA; 0 = Cfg's rule below
+#endif
+// the mma kernels exist only for hd 128 / 256 (the wrapper uses v1 otherwise)
+#if (ATTN_HD == 128 || ATTN_HD == 256) && (MMA_NW == 0 || (ATTN_HD / 32) % MMA_NW == 0)
+#ifndef MMA_NSTAGE
+#define MMA_NSTAGE 0                           // pipeline stages; 0 = Cfg's rule below
+#endif
+#define MMA_PS 8
+#ifndef MMA_UNROLL_G
+#define MMA_UNROLL_G 2
+#endif
+
+namespace mma_attn {
+
+constexpr int NG = HD / 32;                    // q8 groups per token
+constexpr int NCH = HD / 16;                   // 16-byte chunks per token row
+constexpr int UNROLL_G = MMA_UNROLL_G;         // score-loop unroll over groups (registers)
+static_assert(HD == 128 || HD == 256, "mma kernel: head_dim 128 or 256");
+
+// Warps per CTA (default 4) and pipeline stages: 2 while two CTAs fit an SM (NT8 <= 2 at hd 256:
+// two CTAs keep two blocks in flight), 3 from NT8 = 3 on (one CTA per SM by shared memory: it
+// must keep two blocks in flight itself). TUNING.md has the measurements behind both.
+template <int NT8> struct Cfg {
+  static constexpr int NW = MMA_NW > 0 ? MMA_NW : 4;
+  static constexpr int NST = MMA_NSTAGE > 0 ? MMA_NSTAGE : (NT8 >= 3 ? 3 : 2);
+  static_assert(NST >= 2 && NST <= 4, "MMA_NSTAGE must be 2..4");
+  static constexpr int NT = NW * 32;
+  static constexpr int BT = 16 * NW;           // tokens per pipeline block
+  static constexpr int GPW = NG / NW;          // groups per warp in P.V
+  static_assert(NG % NW == 0 && GPW >= 1, "mma kernel: hd/32 must be a multiple of MMA_NW");
+};
+
+template <int NT8> struct Lay {
+  static constexpr int NW = Cfg<NT8>::NW, BT = Cfg<NT8>::BT, NST = Cfg<NT8>::NST;
+  static constexpr int NCOL = 8 * NT8;
+  static constexpr int PST = 8 * ((NT8 % 2) ? NT8 : NT8 + 1);   // P' row stride (halves)
+  static constexpr int K_OFF = 0;
+  static constexpr int V_OFF = K_OFF + NST * BT * HD;
+  static constexpr int DK_OFF = V_OFF + NST * BT * HD;
+  static constexpr int DV_OFF = DK_OFF + NST * BT * NG * 2;
+  static constexpr int Q_OFF = DV_OFF + NST * BT * NG * 2;
+  static constexpr int P_OFF = Q_OFF + NCH * NT8 * 32 * 16;
+  static constexpr int RED_OFF = P_OFF + NG * BT * PST * 2;
+  static constexpr int L_OFF = RED_OFF + NCOL * NW * 4;
+  static constexpr int M_OFF = L_OFF + NCOL * NW * 4;
+  static constexpr int QMAX_OFF = M_OFF + NCOL * 4;
+  static constexpr int BYTES = QMAX_OFF + NW * 4;
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async8(unsigned dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 8 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2,
+                                        unsigned& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2,
+                                          unsigned& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2_t(unsigned addr, unsigned& r0, unsigned& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+__device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// two int8 bytes of x (chosen by sel, PRMT selector with 4 = the 0x64 byte) -> half2 of their
+// exact values: (0x6400 | (b ^ 0x80)) is the fp16 1024 + b + 128; minus 1152 gives b.
+__device__ __forceinline__ unsigned i8x2_to_h2(unsigned xb, unsigned sel) {
+  const unsigned h = __byte_perm(xb, 0x64646464u, sel);
+  __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&h), __float2half2_rn(1152.f));
+  return *reinterpret_cast<unsigned*>(&r);
+}
+// 2^x by MUFU.EX2 alone (exp2f adds a denormal-range fix-up: ~10 instructions); ex2(-inf) = 0
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// NG fp16 scales of one token (16 or 8 bytes, aligned) -> floats
+template <int N> __device__ __forceinline__ void load_scales(const __half* p, float (&d)[N]) {
+  static_assert(N == 8 || N == 4, "scale row of 4 or 8");
+  if constexpr (N == 8) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      d[2 * i] = f.x;
+      d[2 * i + 1] = f.y;
+    }
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    const unsigned w[2] = {v.x, v.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      d[2 * i] = f.x;
+      d[2 * i + 1] = f.y;
+    }
+  }
+}
+__device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
+  __half2 r = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<unsigned*>(&r);
+}
+
+template <int NT8>
+__device__ __forceinline__ void partials_q8_mma(
+    const float* __restrict__ q, const signed char* __restrict__ kq,
+    const __half* __restrict__ kd, const signed char* __restrict__ vq,
+    const __half* __restrict__ vd, int max_t, int base_pos, int nb, float qscale,
+    float* __restrict__ m_out, float* __restrict__ l_out, float* __restrict__ o_out) {
+  using L = Lay<NT8>;
+  constexpr int NCOL = L::NCOL;
+  constexpr int NW = Cfg<NT8>::NW, NT = Cfg<NT8>::NT, BT = Cfg<NT8>::BT, GPW = Cfg<NT8>::GPW;
+  constexpr int NST = Cfg<NT8>::NST;
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* sK = smem + L::K_OFF;
+  unsigned char* sV = smem + L::V_OFF;
+  __half* sDk = reinterpret_cast<__half*>(smem + L::DK_OFF);
+  __half* sDv = reinterpret_cast<__half*>(smem + L::DV_OFF);
+  uint4* sQ = reinterpret_cast<uint4*>(smem + L::Q_OFF);
+  __half* sP = reinterpret_cast<__half*>(smem + L::P_OFF);
+  float* sRed = reinterpret_cast<float*>(smem + L::RED_OFF);   // [NCOL][NW] warp maxima
+  float* sL = reinterpret_cast<float*>(smem + L::L_OFF);       // [NW][NCOL] warp l
+  float* sM = reinterpret_cast<float*>(smem + L::M_OFF);       // [NCOL]
+  float* sQmax = reinterpret_cast<float*>(smem + L::QMAX_OFF); // [NW]
+
+  const int g = blockIdx.x, split = blockIdx.y;
+  const int nkv = gridDim.x, S = gridDim.y;
+  const int nh = nkv * NREP;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int ncv = nb * NREP;                   // valid columns
+
+  // ---- per-row split ranges and their union -------------------------------------------------
+  int L0 = 0x7fffffff, L1 = 0;
+  for (int b = 0; b < nb; ++b) {
+    int lo, hi;
+    split_range(base_pos + b + 1, S, split, lo, hi);
+    if (lo < hi) { L0 = min(L0, lo); L1 = max(L1, hi); }
+  }
+  if (L0 >= L1) {                              // every row's split is empty (golden: -inf, 0, 0)
+    for (int p = tid; p < ncv * HD; p += NT) {
+      const int c = p / HD, b = c / NREP, r = c % NREP;
+      o_out[(((size_t)b * S + split) * nh + g * NREP + r) * HD + p % HD] = 0.f;
+    }
+    for (int c = tid; c < ncv; c += NT) {
+      const int b = c / NREP, r = c % NREP;
+      m_out[((size_t)b * S + split) * nh + g * NREP + r] = -inf_f();
+      l_out[((size_t)b * S + split) * nh + g * NREP + r] = 0.f;
+    }
+    return;
+  }
+  const int nblk = (L1 - L0 + BT - 1) / BT;
+  const size_t row0 = (size_t)g * max_t;
+
+  // this thread's copies: chunk lch_ of tokens ltok0 + i*TSTEP (TSTEP a multiple of 8, so the
+  // swizzle is the same for all of them); the scale row of token tid (tid < BT)
+  constexpr int TSTEP = NT / NCH;
+  static_assert(NT % NCH == 0 && TSTEP % 8 == 0 && BT % TSTEP == 0, "copy layout");
+  const int lch_ = tid % NCH, ltok0 = tid / NCH;
+  const signed char* kq_t = kq + row0 * HD + lch_ * 16;
+  const signed char* vq_t = vq + row0 * HD + lch_ * 16;
+  const unsigned sK_t = smem_u32(sK) + ltok0 * HD + ((lch_ ^ (ltok0 & 7)) << 4);
+  const unsigned sV_t = smem_u32(sV) + ltok0 * HD + ((lch_ ^ (ltok0 & 7)) << 4);
+  const __half* kd_t = kd + row0 * NG;
+  const __half* vd_t = vd + row0 * NG;
+  const unsigned sDk_t = smem_u32(sDk + tid * NG), sDv_t = smem_u32(sDv + tid * NG);
+  auto load_block = [&](int j) {
+    const int buf = j % NST;
+    const int t0 = L0 + j * BT;
+#pragma unroll
+    for (int i = 0; i < BT / TSTEP; ++i) {
+      const int t = t0 + ltok0 + i * TSTEP;
+      const bool ok = t < L1;
+      const size_t off = (size_t)(ok ? t : L0) * HD;
+      const unsigned dst = (buf * BT + i * TSTEP) * HD;
+      cp_async16(sK_t + dst, kq_t + off, ok);
+      cp_async16(sV_t + dst, vq_t + off, ok);
+    }
+    if (tid < BT) {
+      const int t = t0 + tid;
+      const bool ok = t < L1;
+      const size_t off = (size_t)(ok ? t : L0) * NG;
+      const unsigned dst = buf * BT * NG * 2;
+      if constexpr (NG == 8) {
+        cp_async16(sDk_t + dst, kd_t + off, ok);
+        cp_async16(sDv_t + dst, vd_t + off, ok);
+      } else {
+        cp_async8(sDk_t + dst, kd_t + off, ok);
+        cp_async8(sDv_t + dst, vd_t + off, ok);
+      }
+    }
+  };
+
+  // start the pipeline before the q preparation so the first bytes are already in flight
+#pragma unroll
+  for (int j = 0; j < NST - 1; ++j) {
+    if (j < nblk) load_block(j);
+    cp_commit();
+  }
+
+  // ---- q: scale, max, power-of-two pre-scale, fp16 hi/lo fragments --------------------------
+  const float* qg = q + (size_t)g * NREP * HD;           // row b: + b*nh*HD
+  float qmax = 0.f;
+  for (int p = tid; p < ncv * HD; p += NT) {
+    const int c = p / HD, b = c / NREP, r = c % NREP;
+    qmax = fmaxf(qmax, fabsf(qg[((size_t)b * nh + r) * HD + p % HD] * qscale));
+  }
+  qmax = warp_max(qmax);
+  if (lane == 0) sQmax[warp] = qmax;
+  __syncthreads();
+  qmax = 0.f;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) qmax = fmaxf(qmax, sQmax[w]);
+  int e = 0;
+  if (qmax > 0.f) {
+    int ex;
+    frexpf(qmax, &ex);                         // qmax < 2^ex
+    e = 14 - ex;
+    e = e > 120 ? 120 : (e < -120 ? -120 : e);
+  }
+  const float qmul = qscale * ldexpf(1.f, e);
+  const float sinv = ldexpf(1.f, -e);          // scores = (accumulated) * 2^-e
+  for (int p = tid; p < NCH * NT8 * 32; p += NT) {
+    const int ln = p & 31, n8 = (p >> 5) % NT8, ch = (p >> 5) / NT8;
+    const int c = n8 * 8 + (ln >> 2), d0 = ch * 16 + (ln & 3) * 4;
+    float x[4] = {0.f, 0.f, 0.f, 0.f};
+    if (c < ncv) {
+      const float* src = qg + ((size_t)(c / NREP) * nh + c % NREP) * HD + d0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[i] = src[i] * qmul;
+    }
+    float hi[4], lo[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      hi[i] = __half2float(__float2half_rn(x[i]));
+      lo[i] = x[i] - hi[i];                    // exact in fp32
+    }
+    sQ[p] = make_uint4(pack_h2(hi[0], hi[1]), pack_h2(hi[2], hi[3]), pack_h2(lo[0], lo[1]),
+                       pack_h2(lo[2], lo[3]));
+  }
+
+  // ---- per-thread column state: columns 8*n8 + 2*tig + j ------------------------------------
+  int clo[NT8][2], chi[NT8][2];
+  float mrun[NT8][2], lpart[NT8][2];
+#pragma unroll
+  for (int n8 = 0; n8 < NT8; ++n8)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int c = n8 * 8 + 2 * tig + j;
+      int lo = 0, hi = 0;
+      if (c < ncv) split_range(base_pos + c / NREP + 1, S, split, lo, hi);
+      clo[n8][j] = lo;
+      chi[n8][j] = hi;
+      mrun[n8][j] = -inf_f();
+      lpart[n8][j] = 0.f;
+    }
+  float O[2 * GPW][NT8][4];
+#pragma unroll
+  for (int mt = 0; mt < 2 * GPW; ++mt)
+#pragma unroll
+    for (int n8 = 0; n8 < NT8; ++n8)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) O[mt][n8][i] = 0.f;
+
+  // ldmatrix row of this lane inside a 16-token step: matrices (tokens 0-7 | 8-15) x (chunk
+  // c | c+1); its swizzle key is row & 7 = lane & 7
+  const int lrow = (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int lch = lane >> 4;
+  const int swz = lane & 7;
+
+  for (int j = 0; j < nblk; ++j) {
+    const int buf = j % NST;
+    cp_wait<NST - 2>();
+    __syncthreads();                           // block j landed; block j-1 fully consumed
+    if (j + NST - 1 < nblk) load_block(j + NST - 1);
+    cp_commit();
+    const int t0 = L0 + j * BT;
+
+    // ---- A: scores of this warp's 16 tokens ------------------------------------------------
+    float s[NT8][4];
+#pragma unroll
+    for (int n8 = 0; n8 < NT8; ++n8)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[n8][i] = 0.f;
+    {
+      const int trow = warp * 16 + lrow;
+      const unsigned kbase = smem_u32(sK + (buf * BT + trow) * HD);
+      // d_k read per group (this loop is only partly unrolled: a preloaded register array
+      // indexed by gi would go to local memory, as it did in v2c)
+      const __half* dkr = sDk + (buf * BT + warp * 16 + gid) * NG;
+#pragma unroll UNROLL_G
+      for (int gi = 0; gi < NG; ++gi) {
+        unsigned r0, r1, r2, r3;
+        ldsm_x4(kbase + (((2 * gi + lch) ^ swz) << 4), r0, r1, r2, r3);
+        r0 ^= 0x80808080u; r1 ^= 0x80808080u; r2 ^= 0x80808080u; r3 ^= 0x80808080u;
+        const unsigned a00 = i8x2_to_h2(r0, 0x4140), a01 = i8x2_to_h2(r1, 0x4140),
+                       a02 = i8x2_to_h2(r0, 0x4342), a03 = i8x2_to_h2(r1, 0x4342);
+        const unsigned a10 = i8x2_to_h2(r2, 0x4140), a11 = i8x2_to_h2(r3, 0x4140),
+                       a12 = i8x2_to_h2(r2, 0x4342), a13 = i8x2_to_h2(r3, 0x4342);
+        const float dk0 = __half2float(dkr[gi]), dk1 = __half2float(dkr[8 * NG + gi]);
+#pragma unroll
+        for (int n8 = 0; n8 < NT8; ++n8) {
+          float c[4] = {0.f, 0.f, 0.f, 0.f};
+          const uint4 q0 = sQ[((2 * gi) * NT8 + n8) * 32 + lane];
+          const uint4 q1 = sQ[((2 * gi + 1) * NT8 + n8) * 32 + lane];
+          mma16816(c, a00, a01, a02, a03, q0.x, q0.y);
+          mma16816(c, a00, a01, a02, a03, q0.z, q0.w);
+          mma16816(c, a10, a11, a12, a13, q1.x, q1.y);
+          mma16816(c, a10, a11, a12, a13, q1.z, q1.w);
+          s[n8][0] = fmaf(dk0, c[0], s[n8][0]);
+          s[n8][1] = fmaf(dk0, c[1], s[n8][1]);
+          s[n8][2] = fmaf(dk1, c[2], s[n8][2]);
+          s[n8][3] = fmaf(dk1, c[3], s[n8][3]);
+        }
+      }
+    }
+    // mask per column, then the column max over the warp's 16 tokens
+    const int ta = t0 + warp * 16 + gid, tb = ta + 8;
+#pragma unroll
+    for (int n8 = 0; n8 < NT8; ++n8)
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {
+        const bool va = ta >= clo[n8][jj] && ta < chi[n8][jj];
+        const bool vb = tb >= clo[n8][jj] && tb < chi[n8][jj];
+        s[n8][jj] = va ? s[n8][jj] * sinv : -inf_f();
+        s[n8][2 + jj] = vb ? s[n8][2 + jj] * sinv : -inf_f();
+        float mx = fmaxf(s[n8][jj], s[n8][2 + jj]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        if (gid == 0) sRed[(n8 * 8 + 2 * tig + jj) * NW + warp] = mx;
+      }
+    __syncthreads();
+
+    // ---- B: online softmax, P' = fp16(p * d_v * 2^PS) per group ----------------------------
+    float alpha[NT8][2];
+    {
+      float pa[NT8][2], pb[NT8][2];
+#pragma unroll
+      for (int n8 = 0; n8 < NT8; ++n8)
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          const float* red = sRed + (n8 * 8 + 2 * tig + jj) * NW;
+          float mb = red[0];
+#pragma unroll
+          for (int w = 1; w < NW; ++w) mb = fmaxf(mb, red[w]);
+          const float mo = mrun[n8][jj];
+          const float mn = fmaxf(mo, mb);
+          alpha[n8][jj] = mo == mn ? 1.f : ex2(mo - mn);
+          const float sa = s[n8][jj], sb = s[n8][2 + jj];
+          const float p0 = sa == -inf_f() ? 0.f : ex2(sa - mn);
+          const float p1 = sb == -inf_f() ? 0.f : ex2(sb - mn);
+          lpart[n8][jj] = fmaf(lpart[n8][jj], alpha[n8][jj], p0 + p1);
+          mrun[n8][jj] = mn;
+          pa[n8][jj] = p0 * float(1 << MMA_PS);         // exact: the P' scale 2^PS
+          pb[n8][jj] = p1 * float(1 << MMA_PS);
+        }
+      float dva[NG], dvb[NG];
+      load_scales(sDv + (buf * BT + warp * 16 + gid) * NG, dva);
+      load_scales(sDv + (buf * BT + warp * 16 + gid + 8) * NG, dvb);
+      const int prow = warp * 16 + gid;
+#pragma unroll
+      for (int G = 0; G < NG; ++G) {
+        const float da = dva[G], db = dvb[G];
+        unsigned* pr = reinterpret_cast<unsigned*>(sP + (G * BT + prow) * L::PST + 2 * tig);
+#pragma unroll
+        for (int n8 = 0; n8 < NT8; ++n8) {
+          pr[n8 * 4] = pack_h2(pa[n8][0] * da, pa[n8][1] * da);
+          pr[8 * L::PST / 2 + n8 * 4] = pack_h2(pb[n8][0] * db, pb[n8][1] * db);
+        }
+      }
+    }
+    __syncthreads();
+
+    // ---- C: O^T[dims of this warp, cols] += V^T . P'^T --------------------------------------
+#pragma unroll
+    for (int mt = 0; mt < 2 * GPW; ++mt)
+#pragma unroll
+      for (int n8 = 0; n8 < NT8; ++n8) {
+        O[mt][n8][0] *= alpha[n8][0];
+        O[mt][n8][1] *= alpha[n8][1];
+        O[mt][n8][2] *= alpha[n8][0];
+        O[mt][n8][3] *= alpha[n8][1];
+      }
+#pragma unroll
+    for (int ks = 0; ks < NW; ++ks) {
+      const unsigned vbase = smem_u32(sV + (buf * BT + ks * 16 + lrow) * HD);
+#pragma unroll
+      for (int gl = 0; gl < GPW; ++gl) {
+        const int G = warp * GPW + gl;
+        unsigned r0, r1, r2, r3;
+        ldsm_x4_t(vbase + (((2 * G + lch) ^ swz) << 4), r0, r1, r2, r3);
+        r0 ^= 0x80808080u; r1 ^= 0x80808080u; r2 ^= 0x80808080u; r3 ^= 0x80808080u;
+        const unsigned a00 = i8x2_to_h2(r0, 0x4240), a01 = i8x2_to_h2(r0, 0x4341),
+                       a02 = i8x2_to_h2(r1, 0x4240), a03 = i8x2_to_h2(r1, 0x4341);
+        const unsigned a10 = i8x2_to_h2(r2, 0x4240), a11 = i8x2_to_h2(r2, 0x4341),
+                       a12 = i8x2_to_h2(r3, 0x4240), a13 = i8x2_to_h2(r3, 0x4341);
+        const unsigned pbase = smem_u32(sP + (G * BT + ks * 16 + (lane & 15)) * L::PST);
+#pragma unroll
+        for (int n8 = 0; n8 < NT8; ++n8) {
+          unsigned b0, b1;
+          ldsm_x2_t(pbase + n8 * 16, b0, b1);
+          mma16816(O[2 * gl][n8], a00, a01, a02, a03, b0, b1);
+          mma16816(O[2 * gl + 1][n8], a10, a11, a12, a13, b0, b1);
+        }
+      }
+    }
+  }
+  cp_wait<0>();
+
+  // ---- write m, l, o ------------------------------------------------------------------------
+#pragma unroll
+  for (int n8 = 0; n8 < NT8; ++n8)
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+      float lv = lpart[n8][jj];
+      lv += __shfl_xor_sync(0xffffffffu, lv, 4);
+      lv += __shfl_xor_sync(0xffffffffu, lv, 8);
+      lv += __shfl_xor_sync(0xffffffffu, lv, 16);
+      if (gid == 0) {
+        sL[warp * NCOL + n8 * 8 + 2 * tig + jj] = lv;
+        if (warp == 0) sM[n8 * 8 + 2 * tig + jj] = mrun[n8][jj];
+      }
+    }
+  __syncthreads();
+  for (int c = tid; c < ncv; c += NT) {
+    float lv = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) lv += sL[w * NCOL + c];
+    const size_t at = ((size_t)(c / NREP) * S + split) * nh + g * NREP + c % NREP;
+    m_out[at] = sM[c];
+    l_out[at] = lv;
+  }
+  const float ounscale = 1.f / float(1 << MMA_PS);
+#pragma unroll
+  for (int mt = 0; mt < 2 * GPW; ++mt) {
+    const int d = 16 * (2 * (warp * GPW + mt / 2) + (mt & 1)) + 2 * gid;
+#pragma unroll
+    for (int n8 = 0; n8 < NT8; ++n8)
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {
+        const int c = n8 * 8 + 2 * tig + jj;
+        if (c < ncv) {
+          float* dst = o_out + (((size_t)(c / NREP) * S + split) * nh + g * NREP + c % NREP) * HD + d;
+          *reinterpret_cast<float2*>(dst) =
+              make_float2(O[mt][n8][jj] * ounscale, O[mt][n8][2 + jj] * ounscale);
+        }
+      }
+  }
+}
+
+}  // namespace mma_attn
+
+#define ATTN_PARTIALS_MMA(NT8)                                                                 \
+  extern "C" __global__ void __launch_bounds__(mma_attn::Cfg<NT8>::NT, 1) attn_partials_q8_mma_n##NT8(   \
+      const float* q, const signed char* kq, const __half* kd, const signed char* vq,          \
+      const __half* vd, int max_t, int base_pos, int nb, float qscale, float* m_out,           \
+      float* l_out, float* o_out) {                                                            \
+    mma_attn::partials_q8_mma<NT8>(q, kq, kd, vq, vd, max_t, base_pos, nb, qscale, m_out,      \
+                                   l_out, o_out);                                              \
+  }
+ATTN_PARTIALS_MMA(1)
+ATTN_PARTIALS_MMA(2)
+ATTN_PARTIALS_MMA(3)
+ATTN_PARTIALS_MMA(4)
+
+// dynamic shared memory of attn_partials_q8_mma_n<NT8> (bytes), for the wrapper
+extern "C" __global__ void attn_mma_smem_bytes(int* out) {
+  out[0] = mma_attn::Lay<1>::BYTES;
+  out[1] = mma_attn::Lay<2>::BYTES;
+  out[2] = mma_attn::Lay<3>::BYTES;
+  out[3] = mma_attn::Lay<4>::BYTES;
+}
+#endif  // ATTN_HD 128 / 256

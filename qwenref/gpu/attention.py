@@ -14,6 +14,13 @@ Shape letters: nb rows, nh q heads, nkv kv heads, hd head_dim, S splits, W selec
 
 Row b's splits are golden's split_bounds(n_vis_b, S), so partials compare with
 golden.attn_partials on the same row with the same n_splits.
+
+Two implementations of the partials (impl= on attn_partials / decode_attention): "mma", tensor
+cores, one CTA per (kv head, split) for all rows — chosen by default for q8/q8 caches with
+head_dim 128/256, dense rows, no sparse V and nb * n_rep <= 32 — and "v1", float32 CUDA cores,
+for everything else (and forced by impl="v1" or DEFAULT_IMPL = "v1"). The mma path rounds each
+weight p * d_v to fp16, so its output differs from golden by at most 2^-11 * sum_t p_t |v_t|
+(tests/test_gpu_attention_mma.py derives it); v1 stays at float32 rounding.
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ import numpy as np
 from ._runtime import check_array, cupy, kernel, out_array
 
 __all__ = ["decode_attention", "attn_partials", "attn_combine", "auto_n_splits",
-           "KIND_PAIRS", "HEAD_DIMS", "MAX_SPLITS"]
+           "mma_n_splits", "choose_impl", "KIND_PAIRS", "HEAD_DIMS", "MAX_SPLITS", "IMPLS"]
 
 # (k side, v side) -> kernel suffix; the kernels are attn_partials_<suffix>
 KIND_PAIRS = {
@@ -43,6 +50,14 @@ _NWARP = 4                      # ATTN_NWARP in the .cu (threads per partials CT
 _DEFAULT_SHAPE = (256, 6)       # the .cu's ATTN_HD, ATTN_NREP defaults: no -D options needed
 _SMEM_LIMIT = 48 * 1024         # the warp-merge buffer is static shared memory
 _NULL = np.uint64(0)            # CuPy passes None as 0xffffffff, not NULL
+
+IMPLS = ("v1", "mma")           # partials implementations (impl= argument; None = choose)
+MMA_HEAD_DIMS = (128, 256)      # attn_partials_q8_mma_n<NT8>: q8/q8, dense rows, no sparse V
+MMA_MAX_COLS = 32               # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
+LAST_IMPL = None                # the implementation the last attn_partials call launched (tests)
+# What impl=None means: None = choose_impl's rule (mma where it applies); "v1" switches the
+# tensor-core path off everywhere (the v1 tests pin it so).
+DEFAULT_IMPL = None
 
 # Extra NVRTC options for the partials kernels, for tuning sweeps (TUNING.md), e.g.
 # ("-DATTN_TT=2", "-DATTN_MINB=2"). ATTN_NWARP also needs _NWARP changed to match.
@@ -173,9 +188,95 @@ def auto_n_splits(kern, n_vis_max, nkv, nb):
     return max(1, min(s, chunks, MAX_SPLITS))
 
 
+# ---- the tensor-core (mma) kernel -------------------------------------------------------------
+def _opt_value(name, default):
+    for o in TUNING_OPTIONS:
+        if o.startswith(f"-D{name}="):
+            return int(o.split("=", 1)[1])
+    return default
+
+
+def _mma_nw(hd, nt8):
+    """Warps per CTA of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Cfg in the .cu."""
+    return _opt_value("MMA_NW", 0) or 4
+
+
+def _mma_nst(nt8):
+    """Pipeline stages of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Cfg in the .cu."""
+    return _opt_value("MMA_NSTAGE", 0) or (3 if nt8 >= 3 else 2)
+
+
+def _mma_smem_bytes(hd, nt8):
+    """Dynamic shared memory of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Lay in the .cu
+    (test_gpu_attention_mma checks it against the kernel's own attn_mma_smem_bytes)."""
+    nw, nst = _mma_nw(hd, nt8), _mma_nst(nt8)
+    bt, ng, nch, ncol = 16 * nw, hd // 32, hd // 16, 8 * nt8
+    pst = 8 * (nt8 if nt8 % 2 else nt8 + 1)
+    return (2 * nst * bt * hd + 2 * nst * bt * ng * 2 + nch * nt8 * 32 * 16 + ng * bt * pst * 2
+            + 2 * ncol * nw * 4 + ncol * 4 + nw * 4)
+
+
+def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
+    """"mma" (tensor cores) for q8/q8 caches with hd 128/256, dense rows (sel_n None), no sparse V
+    and nb * n_rep <= 32; "v1" otherwise. impl="v1" forces v1; impl="mma" raises ValueError where
+    the mma kernel does not apply."""
+    if impl not in (None,) + IMPLS:
+        raise ValueError(f"impl must be None or one of {IMPLS}, got {impl!r}")
+    if impl is None:
+        impl = DEFAULT_IMPL
+    if impl == "v1":
+        return "v1"
+    cfg = cache.cfg
+    why = None
+    if (cache.k_kind, cache.v_kind) != ("q8", "q8"):
+        why = f"cache kinds ({cache.k_kind}, {cache.v_kind}) are not q8/q8"
+    elif cfg.head_dim not in MMA_HEAD_DIMS:
+        why = f"head_dim {cfg.head_dim} not in {MMA_HEAD_DIMS}"
+    elif nb * cfg.n_rep > MMA_MAX_COLS:
+        why = f"nb * n_rep = {nb * cfg.n_rep} > {MMA_MAX_COLS}"
+    elif sel_n is not None:
+        why = "selective rows (sel_n given) use v1"
+    elif sparse_v > 0.0:
+        why = "sparse_v > 0 uses v1"
+    if why is None:
+        return "mma"
+    if impl == "mma":
+        raise ValueError(f"impl='mma' does not apply: {why}")
+    return "v1"
+
+
+def _mma_kernel(cache, nb):
+    cfg = cache.cfg
+    nt8 = -(-nb * cfg.n_rep // 8)
+    kern = kernel("attention", f"attn_partials_q8_mma_n{nt8}",
+                  _shape_options(cfg.head_dim, cfg.n_rep))
+    smem = _mma_smem_bytes(cfg.head_dim, nt8)
+    if smem > 48 * 1024 and getattr(kern, "max_dynamic_shared_size_bytes", 0) < smem:
+        kern.max_dynamic_shared_size_bytes = smem
+    return kern, smem, 32 * _mma_nw(cfg.head_dim, nt8)
+
+
+def mma_n_splits(kern, smem, threads, n_vis_max, nkv):
+    """Splits for the mma kernel (one CTA per (kv head, split), all rows inside): enough CTAs
+    for one full wave, n_SM * (CTAs per SM that shared memory and registers allow), clamped to
+    [1, min(chunks of the longest row, MAX_SPLITS)]."""
+    n_sm = _sm_count(cupy().cuda.Device().id)
+    try:
+        regs = int(kern.num_regs)
+    except AttributeError:
+        regs = int(kern.attributes.get("num_regs", 255))
+    regs_per_warp = -(-max(regs, 1) * 32 // 256) * 256
+    by_regs = 65536 // (regs_per_warp * threads // 32)
+    by_smem = (228 * 1024) // (smem + 1024)
+    per_sm = max(1, min(by_regs, by_smem, 64 * 32 // threads))
+    chunks = max(-(-n_vis_max // CHUNK), 1)
+    s = -(-n_sm * per_sm // nkv)
+    return max(1, min(s, chunks, MAX_SPLITS))
+
+
 # ---- partials ----------------------------------------------------------------------------
 def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None, sel_n=None,
-                  *, m_out=None, l_out=None, o_out=None):
+                  *, m_out=None, l_out=None, o_out=None, impl=None):
     """Per row b, split i and q head h over the row's visible tokens (base 2):
     s = q.k * hd**-0.5 * log2(e); m = max s; l = sum 2**(s - m); o = sum 2**(s - m) * v.
 
@@ -186,19 +287,28 @@ def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None,
     or auto_n_splits. sparse_v > 0 drops from o a subset of the tokens golden drops (the .cu
     header states the bound). Returns (m [nb, S, nh] (-inf for empty splits), l [nb, S, nh],
     o [nb, S, nh, hd]), float32; m_out / l_out / o_out are used when given (graph capture).
+    impl: None picks choose_impl(...) ("mma" = tensor cores for q8/q8 dense, else "v1");
+    "v1" forces the CUDA-core kernel. The mma path rounds p * d_v to fp16 (the .cu says by how
+    much); its automatic split count is mma_n_splits.
     """
+    global LAST_IMPL
     kd, ks, vd, vs, max_t = _check_cache(cache)
     nb, base_pos, width = _check_rows(q, cache, base_pos, sel_idx, sel_n)
     sparse_v = _sparse_arg(sparse_v)
     cfg = cache.cfg
     nh, nkv, hd = cfg.nh, cfg.nkv, cfg.head_dim
-    kern = _partials_kernel(cache)
+    which = choose_impl(cache, nb, sparse_v, sel_n, impl)
+    if which == "mma":
+        kern, smem, threads = _mma_kernel(cache, nb)
+    else:
+        kern = _partials_kernel(cache)
     if n_splits is None and m_out is not None:
         check_array("m_out", m_out, np.float32, (nb, None, nh))
         n_splits = m_out.shape[1]
     if n_splits is None:
         n_vis_max = base_pos + nb if sel_n is None else min(base_pos + nb, max(width, 1))
-        n_splits = auto_n_splits(kern, n_vis_max, nkv, nb)
+        n_splits = (mma_n_splits(kern, smem, threads, n_vis_max, nkv) if which == "mma"
+                    else auto_n_splits(kern, n_vis_max, nkv, nb))
     n_splits = _int_arg("n_splits", n_splits, 1)
     if n_splits > MAX_SPLITS:
         raise ValueError(f"n_splits must be <= {MAX_SPLITS}, got {n_splits}")
@@ -207,6 +317,12 @@ def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None,
     l = out_array("l_out", l_out, (nb, S, nh), np.float32)
     o = out_array("o_out", o_out, (nb, S, nh, hd), np.float32)
     qscale = np.float32(hd ** -0.5 * LOG2E)
+    LAST_IMPL = which
+    if which == "mma":
+        kern((nkv, S), (threads,),
+             (q, kd, ks, vd, vs, np.int32(max_t), np.int32(base_pos), np.int32(nb), qscale,
+              m, l, o), shared_mem=smem)
+        return m, l, o
     kern((nb, nkv, S), (32 * _NWARP,),
          (q, kd, ks if ks is not None else _NULL, vd, vs if vs is not None else _NULL,
           np.int32(max_t), np.int32(base_pos),
@@ -256,13 +372,14 @@ def attn_combine(m, l, o, inverse_wht=False, gate=None, out=None, lse_out=None):
 
 # ---- the whole decode attention -------------------------------------------------------------
 def decode_attention(q, cache, base_pos, gate=None, n_splits=None, sparse_v=0.0, sel_idx=None,
-                     sel_n=None, out=None, *, partials=None):
+                     sel_n=None, out=None, *, partials=None, impl=None):
     """Split-T decode attention of nb rows: attn_partials -> combine -> inverse WHT (when
     cache.v_rotated) -> * sigmoid(gate) (when gate is given). Two launches for all rows.
 
     q: cupy float32 [nb, nh, hd] (unrotated); gate: optional float32 [nb, nh, hd]; partials:
     optional (m, l, o) buffers for attn_partials (graph capture: no allocation inside).
-    Returns out float32 [nb, nh, hd].
+    impl: None (choose: "mma" for q8/q8 dense hd 128/256 with nb * n_rep <= 32, else "v1"),
+    "v1" or "mma" (attn_partials). Returns out float32 [nb, nh, hd].
     """
     _check_cache(cache)
     nb, _, _ = _check_rows(q, cache, base_pos, sel_idx, sel_n)
@@ -277,5 +394,5 @@ def decode_attention(q, cache, base_pos, gate=None, n_splits=None, sparse_v=0.0,
             raise TypeError("partials must be a tuple (m, l, o) of cupy float32 buffers")
         m_out, l_out, o_out = partials
     m, l, o = attn_partials(q, cache, base_pos, n_splits, sparse_v, sel_idx, sel_n,
-                            m_out=m_out, l_out=l_out, o_out=o_out)
+                            m_out=m_out, l_out=l_out, o_out=o_out, impl=impl)
     return _combine(m, l, o, bool(cache.v_rotated), gate, out, None)

@@ -1,0 +1,283 @@
+"""Time decode attention on the GPU: v1 (CUDA cores) vs mma (tensor cores) partials, the whole
+decode (partials + combine), and torch SDPA (bf16, GQA) as the peer, against a >= 1 GiB
+device-to-device copy measured in the same run. Writes JSON to $OUT (or ./) and prints a table.
+
+    python -m qwenref.tune_attention [--T 4096,32768,131072] [--nb 1,4] [--reps 21]
+                                     [--opts -DMMA_NSTAGE=3,...] [--no-sdpa]
+
+Shape: the Qwen3.5-27B full-attention layer (24 q heads, 4 kv heads, head_dim 256), q8 cache.
+Timing: every measured launch is one of a CUDA graph of launches rotating over enough caches to
+exceed 3x the L2 (>= 2 caches, random data, never zeros); the graph is replayed `reps` times,
+each replay timed with CUDA events; time per launch = median replay time / launches. SDPA is
+timed the same way (CUDA graph when capture works, else events around a loop of calls).
+Bytes counted (the fewest a kernel must move): K/V int8 + fp16 scales of the T visible tokens,
+q and the final output (f32); SDPA: bf16 K/V, q and out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+import numpy as np
+
+
+def _median(xs):
+    return float(np.median(np.asarray(xs)))
+
+
+def copy_bandwidth(cp, nbytes=1 << 30, reps=11):
+    """Device-to-device copy of nbytes (random data): bytes read + written per second."""
+    src = cp.random.randint(0, 256, size=nbytes // 4, dtype=cp.int32).view(cp.uint8)
+    dst = cp.empty_like(src)
+    cp.copyto(dst, src)
+    ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
+    ts = []
+    for _ in range(reps):
+        ev0.record()
+        cp.copyto(dst, src)
+        ev1.record()
+        ev1.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(ev0, ev1) * 1e-3)
+    t = _median(ts)
+    del src, dst
+    return 2 * nbytes / t, t
+
+
+def time_graph(cp, calls, reps):
+    """calls: list of zero-arg functions (one launch sequence each). Capture them all in one
+    CUDA graph, replay reps times; seconds per call (median). Falls back to events around the
+    plain loop if capture fails."""
+    for f in calls:                                   # warm up (compile, attributes)
+        f()
+    cp.cuda.Device().synchronize()
+    stream = cp.cuda.Stream(non_blocking=True)
+    graph = None
+    try:
+        with stream:
+            stream.begin_capture()
+            for f in calls:
+                f()
+            graph = stream.end_capture()
+        graph.launch(stream)
+        stream.synchronize()
+        mode = "graph"
+    except Exception as e:                            # noqa: BLE001
+        try:
+            stream.end_capture()
+        except Exception:                             # noqa: BLE001
+            pass
+        graph, mode = None, f"loop ({type(e).__name__})"
+    ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
+    ts = []
+    with stream:
+        for _ in range(reps):
+            ev0.record(stream)
+            if graph is not None:
+                graph.launch(stream)
+            else:
+                for f in calls:
+                    f()
+            ev1.record(stream)
+            ev1.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(ev0, ev1) * 1e-3 / len(calls))
+    return _median(ts), float(np.std(ts)), mode
+
+
+def make_caches(cp, gpu, cfg, T, n):
+    caches = []
+    for _ in range(n):
+        c = gpu.KVCache(cfg, max_t=T, kind="q8")
+        for st in (c.k_store, c.v_store):
+            st["q"][...] = cp.random.randint(-127, 128, size=st["q"].shape,
+                                             dtype=cp.int32).astype(cp.int8)
+            st["d"][...] = cp.random.uniform(0.004, 0.04, size=st["d"].shape).astype(cp.float16)
+        c.length = T
+        caches.append(c)
+    return caches
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--T", default="4096,32768,131072")
+    ap.add_argument("--nb", default="1,4")
+    ap.add_argument("--reps", type=int, default=21)
+    ap.add_argument("--opts", default="", help="comma-separated TUNING_OPTIONS for the .cu")
+    ap.add_argument("--splits", default="auto,x2", help="mma split counts: auto, x2, x0.5, or ints")
+    ap.add_argument("--no-sdpa", action="store_true")
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args(argv)
+
+    import qwenref
+    import qwenref.gpu as gpu
+    import qwenref.gpu.attention as A
+    from qwenref.gpu._runtime import cupy
+    cp = cupy()
+    if args.opts:
+        A.TUNING_OPTIONS = tuple(o for o in args.opts.split(",") if o)
+    out_dir = os.environ.get("OUT", ".")
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    l2 = int(props.get("l2CacheSize", 50 << 20))
+    res = {"device": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+           "sm": props["multiProcessorCount"], "l2": l2, "opts": list(A.TUNING_OPTIONS),
+           "rows": []}
+    bw, tcopy = copy_bandwidth(cp)
+    res["copy_Bps"] = bw
+    print(f"copy: {bw / 1e12:.3f} TB/s (1 GiB, {tcopy * 1e6:.0f} us)", flush=True)
+
+    cfg = qwenref.AttnConfig(hidden_size=5120, num_attention_heads=24, num_key_value_heads=4,
+                             head_dim=256, intermediate_size=128)
+    nh, nkv, hd = cfg.nh, cfg.nkv, cfg.head_dim
+    Ts = [int(x) for x in args.T.split(",")]
+    nbs = [int(x) for x in args.nb.split(",")]
+    torch = None
+    if not args.no_sdpa:
+        try:
+            import torch
+            import torch.nn.functional as F
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except Exception as e:                        # noqa: BLE001
+            print("torch unavailable:", e)
+            torch = None
+
+    for T in Ts:
+        kv_bytes = 2 * T * nkv * hd + 2 * T * nkv * (hd // 32) * 2
+        n_c = max(2, math.ceil(3 * l2 / kv_bytes))
+        caches = make_caches(cp, gpu, cfg, T, n_c)
+        for nb in nbs:
+            base_pos = T - nb
+            q = cp.random.standard_normal((nb, nh, hd), dtype=cp.float32) * 0.6
+            out = cp.empty((nb, nh, hd), cp.float32)
+            nbytes = kv_bytes + 2 * nb * nh * hd * 4
+            row = {"T": T, "nb": nb, "bytes": nbytes, "caches": n_c}
+            ideal = nbytes / bw
+            row["copy_time_us"] = ideal * 1e6
+
+            def run(name, impl, S):
+                m = cp.empty((nb, S, nh), cp.float32)
+                l = cp.empty((nb, S, nh), cp.float32)
+                o = cp.empty((nb, S, nh, hd), cp.float32)
+                calls_p = [lambda c=c: A.attn_partials(q, c, base_pos, S, m_out=m, l_out=l,
+                                                       o_out=o, impl=impl) for c in caches]
+                t, sd, mode = time_graph(cp, calls_p, args.reps)
+                row[name] = {"us": t * 1e6, "sd_us": sd * 1e6, "S": S, "mode": mode,
+                             "pct_copy": 100 * ideal / t}
+                print(f"T={T:6d} nb={nb} {name:12s} S={S:4d} {t * 1e6:8.1f} us  "
+                      f"{nbytes / t / 1e12:.2f} TB/s  {100 * ideal / t:5.1f}% of copy  [{mode}]",
+                      flush=True)
+                return m, l, o
+
+            # v1 with its own split count
+            S1 = A.auto_n_splits(A._partials_kernel(caches[0]), T, nkv, nb)
+            run("v1", "v1", S1)
+            kern, smem, threads = A._mma_kernel(caches[0], nb)
+            Sa = A.mma_n_splits(kern, smem, threads, T, nkv)
+            row["mma_threads"] = threads
+            row["mma_regs"] = int(getattr(kern, "num_regs", -1))
+            row["mma_smem"] = smem
+            chunks = -(-T // 32)
+            for sp in args.splits.split(","):
+                if sp == "auto":
+                    S = Sa
+                elif sp.startswith("x"):
+                    S = max(1, min(int(round(Sa * float(sp[1:]))), chunks, A.MAX_SPLITS))
+                else:
+                    S = int(sp)
+                m, l, o = run(f"mma_{sp}", "mma", S)
+            # whole decode (partials + combine) on the mma path with its auto split count
+            m = cp.empty((nb, Sa, nh), cp.float32)
+            l = cp.empty((nb, Sa, nh), cp.float32)
+            o = cp.empty((nb, Sa, nh, hd), cp.float32)
+            calls = [lambda c=c: A.decode_attention(q, c, base_pos, n_splits=Sa, out=out,
+                                                    partials=(m, l, o)) for c in caches]
+            t, sd, mode = time_graph(cp, calls, args.reps)
+            row["decode_mma"] = {"us": t * 1e6, "S": Sa, "mode": mode, "pct_copy": 100 * ideal / t}
+            print(f"T={T:6d} nb={nb} {'decode_mma':12s} S={Sa:4d} {t * 1e6:8.1f} us  "
+                  f"{100 * ideal / t:5.1f}% of copy  [{mode}]", flush=True)
+            # mma vs v1 agreement on this data (sanity, not a test)
+            a = cp.asnumpy(A.decode_attention(q, caches[0], base_pos, n_splits=Sa, impl="mma"))
+            b = cp.asnumpy(A.decode_attention(q, caches[0], base_pos, n_splits=S1, impl="v1"))
+            row["mma_vs_v1_maxrel"] = float(np.abs(a - b).max() / max(1e-30, np.abs(b).max()))
+            res["rows"].append(row)
+
+            if torch is not None:
+                try:
+                    sd_bytes = 2 * T * nkv * hd * 2 + 2 * nb * nh * hd * 2
+                    ntc = max(2, math.ceil(3 * l2 / (2 * T * nkv * hd * 2)))
+                    Ks = [torch.randn(1, nkv, T, hd, device="cuda", dtype=torch.bfloat16)
+                          for _ in range(ntc)]
+                    Vs = [torch.randn(1, nkv, T, hd, device="cuda", dtype=torch.bfloat16)
+                          for _ in range(ntc)]
+                    qt = torch.randn(1, nh, nb, hd, device="cuda", dtype=torch.bfloat16)
+                    best = None
+                    for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+                        try:
+                            with sdpa_kernel([be]):
+                                for i in range(ntc):
+                                    F.scaled_dot_product_attention(qt, Ks[i], Vs[i], enable_gqa=True)
+                                torch.cuda.synchronize()
+                                g = None
+                                try:
+                                    g = torch.cuda.CUDAGraph()
+                                    with torch.cuda.graph(g):
+                                        for i in range(ntc):
+                                            F.scaled_dot_product_attention(qt, Ks[i], Vs[i],
+                                                                           enable_gqa=True)
+                                    g.replay()
+                                    torch.cuda.synchronize()
+                                    mode = "graph"
+                                except Exception as e:                  # noqa: BLE001
+                                    g, mode = None, f"loop ({type(e).__name__})"
+                                ts = []
+                                for _ in range(args.reps):
+                                    e0 = torch.cuda.Event(enable_timing=True)
+                                    e1 = torch.cuda.Event(enable_timing=True)
+                                    e0.record()
+                                    if g is not None:
+                                        g.replay()
+                                    else:
+                                        for i in range(ntc):
+                                            F.scaled_dot_product_attention(qt, Ks[i], Vs[i],
+                                                                           enable_gqa=True)
+                                    e1.record()
+                                    e1.synchronize()
+                                    ts.append(e0.elapsed_time(e1) * 1e-3 / ntc)
+                                t = _median(ts)
+                                name = str(be).split(".")[-1]
+                                row[f"sdpa_{name}"] = {"us": t * 1e6, "mode": mode}
+                                print(f"T={T:6d} nb={nb} sdpa {name:16s} {t * 1e6:8.1f} us  "
+                                      f"{sd_bytes / t / 1e12:.2f} TB/s [{mode}]", flush=True)
+                                if best is None or t < best:
+                                    best = t
+                        except Exception as e:                          # noqa: BLE001
+                            print(f"T={T} nb={nb} sdpa {be}: failed: {str(e)[:200]}", flush=True)
+                    row["sdpa_best_us"] = None if best is None else best * 1e6
+                    del Ks, Vs
+                    torch.cuda.empty_cache()
+                except Exception as e:                                  # noqa: BLE001
+                    print("sdpa failed:", str(e)[:300], flush=True)
+        caches = None
+        cp.get_default_memory_pool().free_all_blocks()
+
+    path = os.path.join(out_dir, f"tune_attention{args.tag}.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"\ncopy {bw / 1e12:.3f} TB/s   (times in us; % = copy-time of the bytes / time)")
+    print(f"{'T':>7} {'nb':>2} {'copy':>7} {'v1':>8} {'mma':>8} {'%':>5} {'mma_x2':>8} "
+          f"{'decode':>8} {'sdpa':>8} {'mma/v1':>7}")
+    for r in res["rows"]:
+        ma = r.get("mma_auto", {}).get("us", float("nan"))
+        mx = r.get("mma_x2", {}).get("us", float("nan"))
+        print(f"{r['T']:7d} {r['nb']:2d} {r['copy_time_us']:7.1f} {r['v1']['us']:8.1f} {ma:8.1f} "
+              f"{100 * r['copy_time_us'] / ma:5.1f} {mx:8.1f} {r['decode_mma']['us']:8.1f} "
+              f"{(r.get('sdpa_best_us') or float('nan')):8.1f} {r['mma_vs_v1_maxrel']:7.1e}")
+    for T in Ts:
+        rr = {r["nb"]: r for r in res["rows"] if r["T"] == T}
+        if 1 in rr and 4 in rr:
+            print(f"T={T}: mma nb4/nb1 = {rr[4]['mma_auto']['us'] / rr[1]['mma_auto']['us']:.2f}")
+    return res
+
+
+if __name__ == "__main__":
+    main()

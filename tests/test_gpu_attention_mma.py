@@ -1,0 +1,217 @@
+"""Tensor-core decode partials (attn_partials_q8_mma_n<NT8> in kernels_cuda/attention.cu) against
+the golden model, and the wrapper's choice between it and v1.
+
+The cache is built by golden.KVCache.append (q8) and copied as stored into a gpu.KVCache, so both
+sides read identical bytes. References: golden.attn_partials per row over the row's visible
+tokens with the same n_splits (m, l, o), and attn_combine of those (out).
+
+Tolerance. The kernel differs from float64 golden in two ways:
+  * Scores: q is split into fp16 hi + lo (two MMAs, ~22 significant bits, pre-scaled by a power
+    of two so neither overflows nor goes subnormal in a way that matters), K int8 is exact in
+    fp16, products are exact and the sums are fp32: a float32-level error like v1's, covered by
+    v1's REL = 2e-5 (relative to max(1, max|ref|) + |ref|) — and it moves m, l and o alike.
+  * P.V: the weight p_t * d_v[t, g] is rounded once to fp16 (relative error <= u = 2^-11), then
+    multiplied by the exact int8 value with fp32 accumulation. So for each split and dim
+        |o - o_ref| <= u * sum_t 2^(s_t - m) |v_t|          (o_abs: golden partials of |V|)
+    and on the combined output |out - out_ref| <= u * sum_t p_t |v_t| (attn_combine of o_abs).
+    This bound is computed per element from golden (factor 1.01 for its own float64 rounding)
+    and added to the REL term. It is a worst case (all roundings in one direction); random
+    roundings average to ~u * sqrt(sum p_t^2 v_t^2), far below it. A lost, doubled or misplaced
+    token, a wrong head/column or group scale, or a masked token leaking into a row moves the
+    output by ~p_t |v_t|, which is >> u * sum p |v| for these inputs (checked below).
+"""
+import numpy as np
+import pytest
+
+import qwenref
+import qwenref.gpu.attention as gpu_attention
+from qwenref import golden
+
+pytestmark = pytest.mark.gpu
+
+REL = 2e-5          # float32-level part (as v1): scores, l, the combine
+U16 = 2.0 ** -11    # fp16 unit roundoff: P' = fp16(p * d_v)
+
+
+@pytest.fixture
+def cp():
+    from qwenref.gpu._runtime import cupy
+    return cupy()
+
+
+@pytest.fixture
+def gpu():
+    import qwenref.gpu as g
+    return g
+
+
+def make_cfg(hd, n_rep, nkv=2):
+    return qwenref.AttnConfig(hidden_size=64, num_attention_heads=n_rep * nkv,
+                              num_key_value_heads=nkv, head_dim=hd, intermediate_size=128)
+
+
+def make_cache(gpu, cfg, T, rng):
+    """golden q8 cache with T random tokens (outliers so the max moves, a per-head V offset so
+    the mean matters) and the same stored arrays on the GPU."""
+    gc = golden.KVCache(cfg, max_t=T + 13, kind="q8")
+    k = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    v = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    v += rng.standard_normal((1, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    k[rng.choice(T, size=min(T, 3), replace=False)] *= 2.0
+    gc.append(k, v)
+    return gc, gpu.KVCache.from_golden(gc)
+
+
+def make_q(cfg, nb, rng, spread=1.0, head_scales=False):
+    """Scores with std ~spread (log2 units). head_scales: heads whose q differ by orders of
+    magnitude (tiny, huge), so the per-CTA power-of-two pre-scale of q is exercised."""
+    q = rng.standard_normal((nb, cfg.nh, cfg.head_dim)) * spread / np.log2(np.e)
+    if head_scales:
+        q[:, 0] *= 1e-3
+        q[:, -1] *= 6.0
+    return q.astype(np.float32)
+
+
+def poisoned(cp, shape):
+    return cp.full(shape, np.nan, dtype=np.float32)
+
+
+def reference(gc, q, base_pos, S):
+    """golden per row b (tokens [0, base_pos + b]): m, l, o, o_abs [nb, S, nh(, hd)] and out,
+    out_abs [nb, nh, hd]; *_abs use |V| (the P' rounding bound)."""
+    T = len(gc)
+    K, V = gc.keys(T), gc.values(T)
+    res = [[] for _ in range(6)]
+    for b in range(q.shape[0]):
+        n = base_pos + b + 1
+        m, l, o = golden.attn_partials(q[b], K[:, :n], V[:, :n], S)
+        _, _, oa = golden.attn_partials(q[b], K[:, :n], np.abs(V[:, :n]), S)
+        y, _ = golden.attn_combine(m, l, o)
+        ya, _ = golden.attn_combine(m, l, oa)
+        for lst, x in zip(res, (m, l, o, oa, y, ya)):
+            lst.append(x)
+    return [np.stack(x) for x in res]
+
+
+def check(cp, got, ref, what, bound=None):
+    """|got - ref| <= REL * (max(1, max|ref|) + |ref|) + 1.01 * U16 * bound elementwise; -inf
+    (empty split) must match exactly; every element written (NaN poison gone)."""
+    got = cp.asnumpy(got)
+    assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
+    ninf = np.isneginf(ref)
+    assert (np.isneginf(got) == ninf).all(), f"{what}: -inf (empty split) pattern differs"
+    g, r = got[~ninf], ref[~ninf]
+    assert np.isfinite(g).all(), f"{what}: non-finite values (NaN poison not overwritten?)"
+    if r.size == 0:
+        return 0.0
+    scale = max(1.0, float(np.abs(r).max()))
+    tol = REL * (scale + np.abs(r))
+    if bound is not None:
+        tol = tol + 1.01 * U16 * bound[~ninf]
+    err = np.abs(g - r)
+    assert (err <= tol).all(), (f"{what}: max err {err.max():.3g} (tol {tol[err.argmax()]:.3g}) "
+                                f"at flat index {err.argmax()}, scale {scale:.3g}")
+    return float(err.max() / scale)
+
+
+# T, nb, S: T = 1 (one token), T < 32, T = 33 (a 1-token split, and empty splits for the rows
+# that see <= 32), T = 97 with nb = 2 (rows see 96 / 97 tokens: 3 vs 4 chunks, so with S = 3 the
+# rows' split bounds differ and the CTA covers the union), 1000, 5000 (many blocks per split).
+SHAPES = [(1, 1, 1), (31, 1, 2), (31, 4, 2), (33, 1, 2), (33, 2, 3), (33, 3, 2), (33, 4, 2),
+          (97, 2, 3), (1000, 1, 3), (1000, 2, 4), (1000, 3, 3), (1000, 4, 5), (5000, 1, 4),
+          (5000, 2, 3), (5000, 3, 7), (5000, 4, 6)]
+HEADS = [(256, 6), (256, 2), (128, 6), (128, 2)]
+
+
+@pytest.mark.parametrize("hd,n_rep", HEADS, ids=[f"hd{h}-nrep{r}" for h, r in HEADS])
+@pytest.mark.parametrize("T,nb,S", SHAPES, ids=[f"T{t}-nb{b}-S{s}" for t, b, s in SHAPES])
+def test_mma_partials_match_golden(cp, gpu, rng, hd, n_rep, T, nb, S):
+    cfg = make_cfg(hd, n_rep)
+    nh = cfg.nh
+    gc, cache = make_cache(gpu, cfg, T, rng)
+    base_pos = T - nb
+    q = make_q(cfg, nb, rng, head_scales=(T == 1000))
+    rm, rl, ro, roa, rout, routa = reference(gc, q, base_pos, S)
+    if T > 32 and S > 1:
+        assert np.isfinite(rm).sum() > nh, "case meant to span several splits"
+
+    m, l, o = poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh, hd))
+    gpu_attention.LAST_IMPL = None
+    gpu.attn_partials(cp.asarray(q), cache, base_pos, S, m_out=m, l_out=l, o_out=o)
+    assert gpu_attention.LAST_IMPL == "mma", "the tensor-core path was not taken"
+    check(cp, m, rm, "m")
+    check(cp, l, rl, "l")
+    check(cp, o, ro, "o", bound=roa)
+
+    out = poisoned(cp, (nb, nh, hd))
+    got = gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=S, out=out)
+    assert got is out and gpu_attention.LAST_IMPL == "mma"
+    check(cp, out, rout, "out", bound=routa)
+    # What fails where: a lost or extra token moves l by p_t / l >= ~1e-4 of l here (far over
+    # REL), a wrong V dim/group or column moves o by O(|v|) (far over u * sum p |v|).
+
+
+@pytest.mark.parametrize("hd,n_rep", [(256, 6), (128, 2)])
+@pytest.mark.parametrize("nb", [1, 4])
+def test_mma_auto_splits(cp, gpu, rng, hd, n_rep, nb):
+    """n_splits=None: the mma kernel's own split count gives golden's output (any split count
+    combines to the same result up to rounding)."""
+    cfg = make_cfg(hd, n_rep, nkv=4)
+    T = 3000
+    gc, cache = make_cache(gpu, cfg, T, rng)
+    q = make_q(cfg, nb, rng)
+    *_, rout, routa = reference(gc, q, T - nb, golden.default_n_splits(T))
+    out = gpu.decode_attention(cp.asarray(q), cache, T - nb, out=poisoned(cp, (nb, cfg.nh, hd)))
+    assert gpu_attention.LAST_IMPL == "mma"
+    assert gpu_attention.mma_n_splits(*gpu_attention._mma_kernel(cache, nb), T, cfg.nkv) > 1
+    check(cp, out, rout, "out", bound=routa)
+
+
+def test_mma_matches_v1(cp, gpu, rng):
+    """The two implementations agree on the 27B head shape (4 kv heads, n_rep 6, hd 256)."""
+    cfg = make_cfg(256, 6, nkv=4)
+    T, nb = 4000, 4
+    gc, cache = make_cache(gpu, cfg, T, rng)
+    qd = cp.asarray(make_q(cfg, nb, rng))
+    a = cp.asnumpy(gpu.decode_attention(qd, cache, T - nb, n_splits=9, impl="mma"))
+    b = cp.asnumpy(gpu.decode_attention(qd, cache, T - nb, n_splits=9, impl="v1"))
+    *_, rout, routa = reference(gc, cp.asnumpy(qd), T - nb, 9)
+    assert np.abs(a - b).max() <= 1.01 * U16 * routa.max() + 4 * REL * max(1, np.abs(b).max())
+
+
+def test_impl_choice(cp, gpu, rng):
+    """mma exactly where it applies (q8/q8, hd 128/256, dense, no sparse V, nb*n_rep <= 32);
+    impl='v1' forces v1; impl='mma' where it does not apply is an error."""
+    cfg = make_cfg(128, 6)
+    gc, cache = make_cache(gpu, cfg, 200, rng)
+    q = cp.asarray(make_q(cfg, 6, rng))                     # 6 rows * 6 = 36 columns > 32
+    run = lambda qq, **kw: (gpu.decode_attention(qq, cache, 150, n_splits=2, **kw),
+                            gpu_attention.LAST_IMPL)[1]
+    assert run(q[:5]) == "mma"                              # 30 columns
+    assert run(q) == "v1"
+    assert run(q[:2], impl="v1") == "v1"
+    assert run(q[:2], sparse_v=1e-3) == "v1"
+    sel_idx = cp.asarray(np.tile(np.arange(8, dtype=np.int32), (2, 1)))
+    assert run(q[:2], sel_idx=sel_idx, sel_n=cp.asarray(np.array([0, 8], np.int32))) == "v1"
+    with pytest.raises(ValueError, match="impl"):
+        run(q, impl="mma")
+    with pytest.raises(ValueError, match="impl"):
+        run(q[:2], impl="fast")
+    gc2 = golden.KVCache(cfg, max_t=64, kind="f32")
+    gc2.append(np.ones((40, cfg.nkv, 128), np.float32), np.ones((40, cfg.nkv, 128), np.float32))
+    cache2 = gpu.KVCache.from_golden(gc2)
+    gpu.decode_attention(q[:1], cache2, 10)
+    assert gpu_attention.LAST_IMPL == "v1"
+    with pytest.raises(ValueError, match="impl"):
+        gpu.decode_attention(q[:1], cache2, 10, impl="mma")
+
+
+@pytest.mark.parametrize("hd", [128, 256])
+def test_smem_layout_matches_kernel(cp, gpu, hd):
+    """The wrapper's dynamic shared-memory size equals the kernel's own layout."""
+    from qwenref.gpu._runtime import kernel
+    out = cp.zeros(4, np.int32)
+    opts = gpu_attention._shape_options(hd, 6)
+    kernel("attention", "attn_mma_smem_bytes", opts)((1,), (1,), (out,))
+    want = [gpu_attention._mma_smem_bytes(hd, n) for n in (1, 2, 3, 4)]
+    assert cp.asnumpy(out).tolist() == want
