@@ -1,5 +1,9 @@
-"""gemv.cu against the golden model: Q8_0 weight quantization (bit-exact) and the Q8 GEMV
-(x @ dequant(W).T in float32), plus the cuBLAS f32 path and the layer's fused epilogues."""
+"""gemv.cu against the golden model: Q8_0 weight quantization (bit-exact), the Q8 GEMV
+(x @ dequant(W).T in float32) and the f32 GEMV (x @ W.T), the cuBLAS f32 path, and the layer's
+fused epilogues (segments, SwiGLU, residual) for both weight kinds. The kernels split each row's
+16-byte chunks over a CTA (split-K): shapes below have fewer chunks than threads, chunk counts
+that are not multiples of threads x unroll, tall K, and output counts not a multiple of the rows
+per CTA; nb covers every per-nb kernel (1..8) and the chunks of 8 beyond."""
 import numpy as np
 import pytest
 
@@ -62,7 +66,7 @@ def test_q8_weight_poisoned_outputs_are_overwritten(cp, rng):
     np.testing.assert_array_equal(do.get(), rd)
 
 
-@pytest.mark.parametrize("nb", [1, 2, 3, 4, 5, 8, 11])
+@pytest.mark.parametrize("nb", [1, 2, 3, 4, 5, 6, 7, 8, 11])
 def test_gemv_q8_matches_golden_on_dequantized_weights(cp, rng, nb):
     # in=320: 20 chunks of 16 for 32 lanes (lanes idle); out=77: the last warp's rows clamp
     n_out, n_in = 77, 320
@@ -91,6 +95,48 @@ def test_gemv_q8_large_rows(cp, rng):
     wdq = golden.q8_dequantize(q.get(), d.get())
     y = _gpu().gemv_q8(cp.asarray(x), q, d).get()
     np.testing.assert_array_less(np.abs(y - golden.linear(x, wdq)), _dot_bound(x, wdq) + 1e-30)
+
+
+@pytest.mark.parametrize("nb", [1, 3])
+def test_gemv_q8_tall_k(cp, rng, nb):
+    # down_proj-like: K = 17408 (1088 chunks: 8.5 per thread of a 128-thread CTA), few rows
+    n_out, n_in = 70, 17408
+    w = _weights(rng, n_out, n_in, 0.02)
+    x = rng.standard_normal((nb, n_in)).astype(np.float32)
+    q, d = _gpu().q8_weight(cp.asarray(w))
+    wdq = golden.q8_dequantize(q.get(), d.get())
+    out = cp.full((nb, n_out), cp.nan, cp.float32)
+    y = _gpu().gemv_q8(cp.asarray(x), q, d, out=out).get()
+    np.testing.assert_array_less(np.abs(y - golden.linear(x, wdq)), _dot_bound(x, wdq) + 1e-30)
+
+
+def test_gemv_q8_wide_outputs_nb1(cp, rng):
+    # nb = 1 with n_out >= gemv._WIDE_N runs the 8-rows-per-CTA, register-capped kernel; 8210
+    # rows: the last CTA's rows clamp (and hold one lone gate/up pair); all three epilogues
+    from qwenref.gpu.gemv import _WIDE_N, _pick, gemv_q8_segments, gemv_q8_swiglu
+    n_out, n_in = 8210, 96
+    assert n_out >= _WIDE_N and _pick("q8", 1, n_out) != _pick("q8", 1, 5120)
+    w = _weights(rng, n_out, n_in, 0.3)
+    x = rng.standard_normal((1, n_in)).astype(np.float32)
+    q, d = _gpu().q8_weight(cp.asarray(w))
+    wdq = golden.q8_dequantize(q.get(), d.get())
+    ref, bound = golden.linear(x, wdq), _dot_bound(x, wdq)
+    out = cp.full((1, n_out), cp.nan, cp.float32)
+    got = _gpu().gemv_q8(cp.asarray(x), q, d, out=out).get()
+    np.testing.assert_array_less(np.abs(got - ref), bound + 1e-30)
+    sizes = [8000, 100, 110]
+    flat = cp.full((n_out,), cp.nan, cp.float32)
+    parts = gemv_q8_segments(cp.asarray(x), q, d, np.cumsum(sizes)[:-1], out=flat)
+    s = 0
+    for p, n in zip(parts, sizes):
+        np.testing.assert_array_less(np.abs(p.get() - ref[:, s:s + n]), bound[:, s:s + n] + 1e-30)
+        s += n
+    act = cp.full((1, n_out // 2), cp.nan, cp.float32)
+    got = gemv_q8_swiglu(cp.asarray(x), q, d, out=act).get()
+    g, u = ref[:, 0::2], ref[:, 1::2]
+    bnd = (1.1 * bound[:, 0::2] * np.abs(u) + np.abs(golden.silu(g)) * bound[:, 1::2]
+           + 8 * EPS32 * np.abs(golden.silu(g) * u))
+    np.testing.assert_array_less(np.abs(got - golden.silu(g) * u), bnd + 1e-30)
 
 
 def test_gemv_q8_residual_epilogue(cp, rng):
@@ -147,6 +193,64 @@ def test_gemv_q8_swiglu_epilogue(cp, rng, nb):
     np.testing.assert_array_less(np.abs(got - ref), bound + 1e-30)
 
 
+def _gemv_f32(x, w, **kw):
+    from qwenref.gpu.gemv import gemv_f32
+    return gemv_f32(x, w, **kw)
+
+
+@pytest.mark.parametrize("nb", [1, 2, 3, 4, 5, 6, 7, 8, 11])
+@pytest.mark.parametrize("n_out,n_in", [(77, 324), (6, 4), (35, 5120)])
+def test_gemv_f32_matches_golden(cp, rng, nb, n_out, n_in):
+    # in=324: 81 chunks of 4 floats (fewer than the CTA's threads); in=5120: 1280 chunks, not a
+    # multiple of threads x unroll; out=77 and 35: the last CTA's rows clamp
+    w = _weights(rng, n_out, max(n_in, 32))[:, :n_in].copy()
+    x = rng.standard_normal((nb, n_in)).astype(np.float32)
+    x[:, n_in // 2] *= 30                                    # an outlier activation
+    out = cp.full((nb, n_out), cp.nan, cp.float32)           # poison: every element written
+    y = _gemv_f32(cp.asarray(x), cp.asarray(w), out=out)
+    assert y is out
+    got = y.get()
+    assert np.isfinite(got).all()
+    np.testing.assert_array_less(np.abs(got - golden.linear(x, w)), _dot_bound(x, w) + 1e-30)
+
+
+def test_gemv_f32_residual_and_tall_k(cp, rng):
+    n_out, n_in, nb = 21, 17408, 2
+    w = (rng.standard_normal((n_out, n_in)) * 0.01).astype(np.float32)
+    x = rng.standard_normal((nb, n_in)).astype(np.float32)
+    r = rng.standard_normal((nb, n_out)).astype(np.float32)
+    out = cp.full((nb, n_out), cp.nan, cp.float32)
+    y = _gemv_f32(cp.asarray(x), cp.asarray(w), out=out, residual=cp.asarray(r)).get()
+    np.testing.assert_array_less(np.abs(y - (golden.linear(x, w) + r)),
+                                 _dot_bound(x, w) + 2 * EPS32 * np.abs(r) + 1e-30)
+
+
+@pytest.mark.parametrize("nb", [1, 3, 10])
+def test_gemv_f32_segments_and_swiglu(cp, rng, nb):
+    from qwenref.gpu.gemv import gemv_segments, gemv_swiglu, interleave_rows
+    sizes, n_in = [40, 8, 8, 21, 3], 96
+    w = _weights(rng, sum(sizes), n_in)
+    x = rng.standard_normal((nb, n_in)).astype(np.float32)
+    ref, bound = golden.linear(x, w), _dot_bound(x, w)
+    flat = cp.full((nb * sum(sizes),), cp.nan, cp.float32)
+    parts = gemv_segments(cp.asarray(x), cp.asarray(w), None, np.cumsum(sizes)[:-1], out=flat)
+    assert np.isfinite(flat.get()).all()
+    s = 0
+    for p, n in zip(parts, sizes):
+        assert p.shape == (nb, n) and p.flags.c_contiguous
+        np.testing.assert_array_less(np.abs(p.get() - ref[:, s:s + n]), bound[:, s:s + n] + 1e-30)
+        s += n
+    n_act = 37                                               # odd: a CTA with a lone pair
+    wg, wu = _weights(rng, n_act, n_in, 0.3), _weights(rng, n_act, n_in, 0.3)
+    out = cp.full((nb, n_act), cp.nan, cp.float32)
+    got = gemv_swiglu(cp.asarray(x), cp.asarray(interleave_rows(wg, wu)), None, out=out).get()
+    g, u = golden.linear(x, wg), golden.linear(x, wu)
+    ref = golden.silu(g) * u
+    bound = (1.1 * _dot_bound(x, wg) * np.abs(u) + np.abs(golden.silu(g)) * _dot_bound(x, wu)
+             + 8 * EPS32 * np.abs(ref))
+    np.testing.assert_array_less(np.abs(got - ref), bound + 1e-30)
+
+
 @pytest.mark.parametrize("nb", [1, 3, 8])
 def test_linear_f32_cublas(cp, rng, nb):
     w = rng.standard_normal((77, 320)).astype(np.float32)
@@ -190,3 +294,10 @@ def test_argument_checks_name_the_argument(cp, rng):
         gpu.gemv_q8(x[:, ::2], q[:, :32].copy(), d[:, :1].copy())  # non-contiguous x
     with pytest.raises(ValueError, match="w"):
         gpu.linear(x, cp.ones((5, 63), cp.float32))
+    from qwenref.gpu.gemv import gemv_f32
+    with pytest.raises(ValueError, match="w"):
+        gemv_f32(cp.ones((2, 63), cp.float32), cp.ones((5, 63), cp.float32))   # in % 4 != 0
+    with pytest.raises(ValueError, match="w"):
+        gemv_f32(x, cp.ones((5, 60), cp.float32))                            # in mismatch
+    with pytest.raises(TypeError, match="w"):
+        gemv_f32(x, cp.ones((5, 64), cp.float64))

@@ -21,7 +21,7 @@ _EXPORTS = {
     "attn_partials": "attention", "attn_combine": "attention", "decode_attention": "attention",
     "indexer_queries": "indexer", "update_block_keys": "indexer", "block_scores": "indexer",
     "select_rows": "indexer",
-    "linear": "gemv", "gemv_q8": "gemv", "q8_weight": "gemv",
+    "linear": "gemv", "gemv_q8": "gemv", "gemv_f32": "gemv", "q8_weight": "gemv",
     "FullAttentionLayer": "layer",
 }
 

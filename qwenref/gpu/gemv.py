@@ -1,7 +1,10 @@
-"""gemv — the layer's projections on the GPU: f32 through cuBLAS, and Q8_0 weight-only GEMV.
+"""gemv — the layer's projections on the GPU: f32 (cuBLAS or gemv.cu) and Q8_0 weight-only GEMV.
 
 Same meaning as golden.layer.linear / golden.layer.quantize_weight_q8:
-  linear(x, w)          y = x @ w.T, float32 (cuBLAS sgemm, no TF32)
+  linear(x, w)          y = x @ w.T, float32 (cuBLAS sgemm, no TF32) — the public f32 API
+  gemv_f32(x, w)        y = x @ w.T, float32, kernels_cuda/gemv.cu: weights read once for up to
+                        8 rows, no cuBLAS (so a CUDA graph can capture it; CuPy refuses cuBLAS
+                        calls during stream capture)
   q8_weight(w)          (q int8 [out, in], d f16 [out, in // 32]), bit-exact with golden.q8_quantize
   gemv_q8(x, q, d)      y = x @ (q · float32(d)).T, float32 accumulate (kernels_cuda/gemv.cu)
 
@@ -11,10 +14,36 @@ from __future__ import annotations
 
 from ._runtime import check_array, cupy, kernel, out_array
 
-__all__ = ["linear", "q8_weight", "gemv_q8"]
+__all__ = ["linear", "gemv_f32", "q8_weight", "gemv_q8"]
 
-_ROWS_PER_BLOCK = 16     # gemv.cu: 128 threads = 4 warps x 4 output rows
-_MAX_NB = 8              # gemv_q8_nb1 .. gemv_q8_nb8
+_MAX_NB = 8              # gemv_{q8,f32}_nb1 .. _nb8
+
+# gemv.cu configuration per (weight kind, nb): (ROWS output rows per CTA, THREADS per CTA,
+# UNROLL chunks per thread in flight); the kernel gemv_<kind>_nb<nb>_r<ROWS>t<THREADS>u<UNROLL>
+# must be instantiated in gemv.cu. ROWS must be even (the SwiGLU epilogue pairs rows).
+# Picked by qwenref.tune_gemv on an H200 (27B projection shapes, nb = 1, 4, 8): nb = 1 is
+# bandwidth-bound (q8 r4t128u2: 64-83% of copy; f32 r4t128u4: ~100%); for nb >= 2 the q8 kernel
+# is bound by x re-reads from L1 (x bytes per weight byte grow with nb / ROWS), so more rows per
+# CTA win at nb = 4 (r8t128u1) and smaller CTAs at nb = 8 (r4t64u1).
+_CFG = {("q8", 1): (4, 128, 2), ("f32", 1): (4, 128, 4)}
+_CFG.update({("q8", n): (8, 128, 1) for n in (2, 3, 4)})
+_CFG.update({("q8", n): (4, 64, 1) for n in (5, 6, 7, 8)})
+_CFG.update({("f32", n): (4, 128, 2) for n in range(2, _MAX_NB + 1)})
+# q8, nb = 1, wide outputs (n_out >= _WIDE_N: >= 1024 CTAs of 8 rows): 8 rows per CTA, one
+# chunk per thread, registers capped at 64 (__launch_bounds__(128, 8): 8 CTAs per SM) — H200:
+# 78.5% / 85.0% of copy on qkv (15488 x 5120) / gate|up (34816 x 5120) vs 73.6% / 80.0% with
+# r4t128u2; on o_proj / down_proj (n_out 5120, 640 such CTAs) it loses (61% / 74% vs 64% / 83%).
+_WIDE_N = 8192
+_WIDE = (8, 128, 1, "m8")
+
+
+def _pick(kind, nb, n_out):
+    """(rows, threads, kernel name) of the gemv.cu kernel for `kind`, nb (<= 8) and n_out."""
+    if kind == "q8" and nb == 1 and n_out >= _WIDE_N:
+        rows, threads, unroll, suffix = _WIDE
+    else:
+        (rows, threads, unroll), suffix = _CFG[(kind, nb)], ""
+    return rows, threads, f"gemv_{kind}_nb{nb}_r{rows}t{threads}u{unroll}{suffix}"
 
 
 def _k(fn):
@@ -28,6 +57,13 @@ def _check_x(x, n_in=None):
     if x.shape[0] < 1:
         raise ValueError(f"x must have at least one row, got shape {x.shape}")
     return x
+
+
+def _check_x16(x):
+    """The GEMV kernels load x 16 bytes at a time."""
+    if x.data.ptr % 16 or x.shape[1] % 4:
+        raise ValueError(f"x must start on a 16-byte boundary with a row length that is a "
+                         f"multiple of 4 (the kernel loads 16 bytes at once), got shape {x.shape}")
 
 
 def linear(x, w, out=None):
@@ -77,25 +113,45 @@ def _check_q8(q, d, n_in=None):
     return n_out, k
 
 
-def _launch_q8(x, q, d, y, ends=None, mode=0, resid=None):
+def _launch(kind, x, w, d, y, ends=None, mode=0, resid=None):
     """One gemv.cu launch per chunk of <= 8 rows (one launch in total for nb <= 8).
 
-    ends: up to 4 segment ends (see gemv.cu); mode 0 plain (+ resid), 1 SwiGLU (interleaved
-    gate/up rows -> y [nb, n_out // 2]). Arguments are checked by the callers.
+    kind "q8" (w = q int8, d f16 scales) or "f32" (w float32, d None). ends: up to 4 segment
+    ends (see gemv.cu); mode 0 plain (+ resid), 1 SwiGLU (interleaved gate/up rows ->
+    y [nb, n_out // 2]). The kernel per chunk of rows comes from _pick. Arguments are checked
+    by the callers.
     """
     cp = cupy()
     nb, n_in = x.shape
-    n_out = q.shape[0]
+    n_out = w.shape[0]
     e = list(ends or ()) + [n_out] * (4 - len(ends or ()))
-    grid = ((n_out + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK,)
+    rs = cp.uint64(0) if resid is None else resid      # NULL: no residual
+    dd = cp.uint64(0) if d is None else d
     for b0 in range(0, nb, _MAX_NB):
         n = min(_MAX_NB, nb - b0)
+        rows, threads, name = _pick(kind, n, n_out)
         xs = x[b0:b0 + n]                               # contiguous rows, 16-byte aligned
-        rs = cp.uint64(0) if resid is None else resid  # NULL: no residual
-        _k(f"gemv_q8_nb{n}")(grid, (128,), (
-            xs, q, d, y, rs, cp.int32(n_in), cp.int32(n_out), cp.int32(e[0]), cp.int32(e[1]),
-            cp.int32(e[2]), cp.int32(e[3]), cp.int32(b0), cp.int32(nb), cp.int32(mode)))
+        _k(name)(
+            ((n_out + rows - 1) // rows,), (threads,), (
+                xs, w, dd, y, rs, cp.int32(n_in), cp.int32(n_out), cp.int32(e[0]),
+                cp.int32(e[1]), cp.int32(e[2]), cp.int32(e[3]), cp.int32(b0), cp.int32(nb),
+                cp.int32(mode)))
     return y
+
+
+def _launch_q8(x, q, d, y, ends=None, mode=0, resid=None):
+    return _launch("q8", x, q, d, y, ends=ends, mode=mode, resid=resid)
+
+
+def _check_f32w(w, n_in=None):
+    check_array("w", w, dtype="float32", ndim=2)
+    n_out, k = w.shape
+    if n_in is not None and k != n_in:
+        raise ValueError(f"w must have shape [n_out, {n_in}] to match x, got {w.shape}")
+    if k % 4 or w.data.ptr % 16:
+        raise ValueError(f"w's rows must be 16-byte aligned (input dim a multiple of 4, got "
+                         f"{k}) for gemv_f32: use linear() otherwise")
+    return n_out, k
 
 
 def gemv_q8(x, q, d, out=None, residual=None):
@@ -104,39 +160,75 @@ def gemv_q8(x, q, d, out=None, residual=None):
     cp = cupy()
     _check_x(x)
     n_out, _ = _check_q8(q, d, x.shape[1])
+    _check_x16(x)
     nb = x.shape[0]
     y = out_array("out", out, (nb, n_out), cp.float32)
     if residual is not None:
         check_array("residual", residual, dtype="float32", shape=(nb, n_out))
-    return _launch_q8(x, q, d, y, resid=residual)
+    return _launch("q8", x, q, d, y, resid=residual)
 
 
-def gemv_q8_segments(x, q, d, seg_ends, out=None):
-    """Fused projection: rows of q cut at seg_ends (ascending, < 5 segments) -> a list of
-    contiguous [nb, len_s] float32 arrays (views of one flat buffer `out`, size nb·n_out)."""
+def gemv_f32(x, w, out=None, residual=None):
+    """y = x @ w.T (+ residual), float32, by gemv.cu (no cuBLAS: capturable in a CUDA graph).
+    x [nb, in], w float32 [out, in] with in % 4 == 0 -> [nb, out]. Weights are read once for
+    up to 8 rows (nb > 8 runs in chunks of 8: use linear() for prefill-sized nb)."""
     cp = cupy()
     _check_x(x)
-    n_out, _ = _check_q8(q, d, x.shape[1])
+    n_out, _ = _check_f32w(w, x.shape[1])
+    _check_x16(x)
+    nb = x.shape[0]
+    y = out_array("out", out, (nb, n_out), cp.float32)
+    if residual is not None:
+        check_array("residual", residual, dtype="float32", shape=(nb, n_out))
+    return _launch("f32", x, w, None, y, resid=residual)
+
+
+def gemv_segments(x, w, d, seg_ends, out=None):
+    """Fused projection: rows of w cut at seg_ends (ascending, < 5 segments) -> a list of
+    contiguous [nb, len_s] float32 arrays (views of one flat buffer `out`, size nb·n_out).
+    d is None for float32 weights w, else w = q int8 with d its f16 scales."""
+    cp = cupy()
+    _check_x(x)
+    if d is None:
+        n_out, _ = _check_f32w(w, x.shape[1])
+    else:
+        n_out, _ = _check_q8(w, d, x.shape[1])
+    _check_x16(x)
     nb = x.shape[0]
     ends = [int(e) for e in seg_ends]
     if len(ends) > 4 or any(a > b for a, b in zip([0] + ends, ends + [n_out])):
         raise ValueError(f"seg_ends must be at most 4 ascending ends in [0, {n_out}], got {ends}")
     flat = out_array("out", out, (nb * n_out,), cp.float32)
-    _launch_q8(x, q, d, flat, ends=ends)
+    _launch("q8" if d is not None else "f32", x, w, d, flat, ends=ends)
     bounds = [0] + ends + [n_out]
     return [flat[nb * s:nb * e].reshape(nb, e - s) for s, e in zip(bounds, bounds[1:])]
 
 
-def gemv_q8_swiglu(x, q, d, out=None):
-    """act = silu(x @ Wg.T) * (x @ Wu.T) with q/d holding gate and up rows interleaved
-    (row 2i gate_i, row 2i+1 up_i). -> [nb, n_out // 2] float32."""
+def gemv_q8_segments(x, q, d, seg_ends, out=None):
+    """gemv_segments for Q8_0 weights (q int8, d f16)."""
+    return gemv_segments(x, q, d, seg_ends, out=out)
+
+
+def gemv_swiglu(x, w, d, out=None):
+    """act = silu(x @ Wg.T) * (x @ Wu.T) with w holding gate and up rows interleaved
+    (row 2i gate_i, row 2i+1 up_i): q int8 with d f16 scales, or float32 w with d None.
+    -> [nb, n_out // 2] float32."""
     cp = cupy()
     _check_x(x)
-    n_out, _ = _check_q8(q, d, x.shape[1])
+    if d is None:
+        n_out, _ = _check_f32w(w, x.shape[1])
+    else:
+        n_out, _ = _check_q8(w, d, x.shape[1])
+    _check_x16(x)
     if n_out % 2:
-        raise ValueError(f"q must hold interleaved gate/up rows (an even count), got {n_out}")
+        raise ValueError(f"w must hold interleaved gate/up rows (an even count), got {n_out}")
     y = out_array("out", out, (x.shape[0], n_out // 2), cp.float32)
-    return _launch_q8(x, q, d, y, mode=1)
+    return _launch("q8" if d is not None else "f32", x, w, d, y, mode=1)
+
+
+def gemv_q8_swiglu(x, q, d, out=None):
+    """gemv_swiglu for Q8_0 weights (q int8, d f16)."""
+    return gemv_swiglu(x, q, d, out=out)
 
 
 def swiglu_interleaved(gu, out=None):

@@ -12,7 +12,10 @@ weight_format "q8": every projection Q8_0-quantized by rows (gpu.q8_weight, bit-
 golden rule), run by kernels_cuda/gemv.cu; q|k|v|indexer rows are concatenated into one matrix
 so one launch reads them all and writes each part contiguously, gate/up rows are interleaved so
 the SwiGLU happens in the GEMV's epilogue, and the MLP residual add rides on down_proj.
-weight_format "f32": cuBLAS sgemm per projection (the f32 reference path).
+weight_format "f32": the same fused layout with float32 weights, run by gemv.cu's f32 GEMV
+(weights read once for up to 8 rows, like q8; no cuBLAS, so the step can be captured — CuPy
+refuses cuBLAS calls during stream capture). Eager steps of more than 8 rows (prefill) use cuBLAS
+sgemm per projection instead, which reads the weights once for all rows.
 
 All per-step scratch is preallocated per row count, so a step allocates nothing of its own and
 can be captured as a CUDA graph (`capture`); `stage_times` times each stage with CUDA events.
@@ -74,10 +77,7 @@ class _Scratch:
         self.nb = nb
         self.pos = cp.zeros((nb,), cp.int32)
         self.h = cp.empty((nb, H), f)
-        if layer.weight_format == "q8":
-            self.proj = cp.empty((nb * layer.n_proj,), f)       # segmented q|k|v|iq|ik output
-        else:
-            self.proj_parts = [cp.empty((nb, n), f) for n in layer.seg_sizes]
+        self.proj = cp.empty((nb * layer.n_proj,), f)           # segmented q|k|v|iq|ik output
         self.q = cp.empty((nb, c.nh, hd), f)
         self.k = cp.empty((nb, c.nkv, hd), f)
         self.gate = cp.empty((nb, c.nh, hd), f)
@@ -88,19 +88,17 @@ class _Scratch:
         self.x1 = cp.empty((nb, H), f)
         if layer.has_mlp:
             self.act = cp.empty((nb, c.intermediate_size), f)
-            if layer.weight_format == "f32":
+            if layer._use_cublas(nb, False):
                 self.gu = cp.empty((nb, 2 * c.intermediate_size), f)
                 self.m = cp.empty((nb, H), f)
 
     def parts(self, layer):
         """[qg, k, v, iq_raw, ik] projection outputs as contiguous [nb, len] views."""
-        if layer.weight_format == "q8":
-            nb, out, s = self.nb, [], 0
-            for n in layer.seg_sizes:
-                out.append(self.proj[nb * s:nb * (s + n)].reshape(nb, n))
-                s += n
-            return out
-        return self.proj_parts
+        nb, out, s = self.nb, [], 0
+        for n in layer.seg_sizes:
+            out.append(self.proj[nb * s:nb * (s + n)].reshape(nb, n))
+            s += n
+        return out
 
 
 class FullAttentionLayer:
@@ -172,12 +170,15 @@ class FullAttentionLayer:
                                                     f32("mlp.up_proj.weight")))
                 self.w_down = q8(f32("mlp.down_proj.weight"))
         else:
-            self.w_proj = [up(p) for p in parts]
+            self.w_proj = up(np.concatenate(parts, axis=0))
             self.w_o = up(f32("self_attn.o_proj.weight"))
             if self.has_mlp:
                 self.w_gu = up(gemv.interleave_rows(f32("mlp.gate_proj.weight"),
                                                     f32("mlp.up_proj.weight")))
                 self.w_down = up(f32("mlp.down_proj.weight"))
+        # gemv.cu's f32 kernel loads 16-byte chunks: every projection's input dim % 4 == 0
+        self._f32_gemv_ok = all(n % 4 == 0 for n in (c.hidden_size, c.nh * c.head_dim,
+                                                      c.intermediate_size))
         self._scratch = {}
         self.last_selection = None      # (sel_idx, sel_n) of the last step, None when dense
 
@@ -215,24 +216,40 @@ class FullAttentionLayer:
         c = self.cfg
         return c.has_indexer and (base_pos + nb) // c.indexer_compress_ratio > c.kblk
 
-    def _step(self, x, base_pos, cache, y, s, mark=None):
+    def _use_cublas(self, nb, capturing):
+        """f32 weights: cuBLAS for eager steps of more than 8 rows (it reads the weights once for
+        all rows; the GEMV kernel once per 8), or when the kernel cannot load 16-byte chunks."""
+        if self.weight_format != "f32":
+            return False
+        if not self._f32_gemv_ok:
+            return True
+        return nb > 8 and not capturing
+
+    def _wd(self, w):
+        """(weights, scales) as gemv._launch takes them."""
+        return w if self.weight_format == "q8" else (w, None)
+
+    def _step(self, x, base_pos, cache, y, s, mark=None, capturing=False):
         """One decode step into y using scratch s (positions already in s.pos). Launches only:
         no allocation of its own, no host synchronisation. mark(name) is called after each
         stage (stage_times records an event there)."""
         op, c = _ops(), self.cfg
         mark = mark or (lambda name: None)
         nb, hd, eps = s.nb, c.head_dim, c.rms_norm_eps
+        kind = self.weight_format
+        cublas = self._use_cublas(nb, capturing)
         op.rms_norm(x, self.norm_in, eps, out=s.h)
         mark("input_norm")
 
         parts = s.parts(self)
-        if self.weight_format == "q8":
-            q, d = self.w_proj
-            ends = np.cumsum(self.seg_sizes)[:-1].tolist()
-            op.gemv._launch_q8(s.h, q, d, s.proj, ends=ends)
+        if cublas:
+            r0 = 0
+            for n, out in zip(self.seg_sizes, parts):
+                op.gemv.linear(s.h, self.w_proj[r0:r0 + n], out=out)   # row slice: contiguous
+                r0 += n
         else:
-            for wp, out in zip(self.w_proj, parts):
-                op.gemv.linear(s.h, wp, out=out)
+            ends = np.cumsum(self.seg_sizes)[:-1].tolist()
+            op.gemv._launch(kind, s.h, *self._wd(self.w_proj), s.proj, ends=ends)
         mark("qkv_proj")
         qg = parts[0].reshape(nb, c.nh, 2 * hd)                     # per head [q_h | gate_h]
         k_raw = parts[1].reshape(nb, c.nkv, hd)
@@ -265,20 +282,20 @@ class FullAttentionLayer:
         mark("attention")
 
         attn2 = s.attn.reshape(nb, c.nh * hd)
-        if self.weight_format == "q8":
-            op.gemv._launch_q8(attn2, self.w_o[0], self.w_o[1], s.o)
-        else:
+        if cublas:
             op.gemv.linear(attn2, self.w_o, out=s.o)
+        else:
+            op.gemv._launch(kind, attn2, *self._wd(self.w_o), s.o)
         mark("o_proj")
         op.add_rms_norm(s.o, x, self.norm_post, eps, out=s.h2, sum_out=s.x1)   # x1 = attn + x
         mark("post_norm")
         if not self.has_mlp:
             y[...] = s.x1
             return y
-        if self.weight_format == "q8":
-            op.gemv._launch_q8(s.h2, self.w_gu[0], self.w_gu[1], s.act, mode=1)
+        if not cublas:
+            op.gemv._launch(kind, s.h2, *self._wd(self.w_gu), s.act, mode=1)
             mark("mlp_gate_up")
-            op.gemv._launch_q8(s.act, self.w_down[0], self.w_down[1], y, resid=s.x1)
+            op.gemv._launch(kind, s.act, *self._wd(self.w_down), y, resid=s.x1)
         else:
             op.gemv.linear(s.h2, self.w_gu, out=s.gu)
             op.gemv.swiglu_interleaved(s.gu, out=s.act)
@@ -343,8 +360,9 @@ class FullAttentionLayer:
         step like after forward(x, base_pos, cache). Each replay re-runs the same step: it
         rewrites the same cache slots from the current contents of graph.x (positions and
         lengths are baked in), so the cache stays consistent and replays can be timed.
-        Call forward() once before (compiles the kernels, creates the cuBLAS handle). Stages
-        that the wrappers implement with a host read-back cannot be captured: RuntimeError.
+        Call forward() once before (compiles the kernels). f32 weights run by gemv.cu's f32
+        kernel here whatever nb is (CuPy refuses cuBLAS during capture); stages that the
+        wrappers implement with a host read-back or cuBLAS cannot be captured: RuntimeError.
         If capture fails after the append was recorded, the cache's length has advanced
         without its data: use a fresh cache.
         """
@@ -360,7 +378,7 @@ class FullAttentionLayer:
         with stream, cp.cuda.using_allocator(pool.malloc):   # pool that lives with the graph
             stream.begin_capture()
             try:
-                self._step(g_x, base_pos, cache, g_y, s)
+                self._step(g_x, base_pos, cache, g_y, s, capturing=True)
             except Exception as e:
                 try:
                     stream.end_capture()

@@ -1,0 +1,170 @@
+"""Tune gemv.cu's launch configurations on the 27B layer's projection shapes (GPU only).
+
+    python -m qwenref.tune_gemv [--old path/to/old_gemv.cu] [--nbs 1,4,8] [--f32]
+
+Compiles gemv.cu with -DGEMV_TUNE (the extra variants), checks every variant against a float64
+reference (norm-wise rel. error < 1e-5, poisoned output), and times it like qwenref.bench
+(CUDA events, spin-queued batches, median, weights rotated past 2 x L2). Prints one line per
+(shape, nb, variant): microseconds, GB/s (bytes the kernel must move, bench.bytes_gemv_q8), % of
+the 1 GiB device-copy ceiling measured in the same run. --old times a previous gemv.cu's
+gemv_q8_nb<nb> kernels (the old launch: 128 threads, 16 rows per CTA) for a before/after line.
+--f32 also times the f32 GEMV variants against cuBLAS sgemm (gpu.linear).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import time
+
+
+from . import bench
+from .gpu import gemv as G
+from .gpu._runtime import cupy, kernel_source, module
+
+SHAPES = [(name, n_out, n_in) for name, n_out, n_in in bench._PROJS]
+
+
+class _Ctx:
+    def __init__(self, cp):
+        self.cp = cp
+        props = cp.cuda.runtime.getDeviceProperties(0)
+        self.l2 = int(props.get("l2CacheSize", 50 << 20))
+
+    def time(self, fn, n_rot=1, max_inner=64, target_us=300.0, batches=15, warmup=3):
+        return bench.time_us(self.cp, fn, n_rot, batches, warmup, target_us, max_inner)
+
+    def n_rot(self, ws):
+        return 1 if ws >= 2 * self.l2 else min(64, math.ceil(2 * self.l2 / max(ws, 1)))
+
+
+def _variants(kind, nb):
+    """(rows, threads, unroll, name suffix) of every gemv.cu kernel for (kind, nb)."""
+    src = kernel_source("gemv")
+    out = {(int(r), int(t), int(u), f"r{r}t{t}u{u}") for r, t, u in re.findall(
+        rf"GEMV_KERNEL\({kind}, \w+, {nb}, (\d+), (\d+), (\d+)\)", src)}
+    out |= {(int(r), int(t), int(u), f"r{r}t{t}u{u}m{m}") for r, t, u, m in re.findall(
+        rf"GEMV_KERNEL_MB\({kind}, \w+, {nb}, (\d+), (\d+), (\d+), (\d+)\)", src)}
+    return sorted(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--old", default=None)
+    ap.add_argument("--nbs", default="1,4,8")
+    ap.add_argument("--f32", action="store_true")
+    ap.add_argument("--shapes", default=None, help="comma-separated indices into bench._PROJS")
+    args = ap.parse_args(argv)
+    cp = cupy()
+    ctx = _Ctx(cp)
+    copy = bench.measure_copy_gbps(ctx)
+    print(f"copy ceiling {copy:.0f} GB/s, L2 {ctx.l2 >> 20} MiB", flush=True)
+    tmod = module("gemv", ("-DGEMV_TUNE",))
+    old = None
+    if args.old:
+        from .gpu._runtime import _include_opts
+        old = cp.RawModule(code=open(args.old).read(),
+                           options=("--std=c++17", "-default-device", *_include_opts()))
+    nbs = [int(v) for v in args.nbs.split(",")]
+    rows = []
+
+    def line(shape, nb, var, us, nbytes, err):
+        gbps = nbytes / (us * 1e-6) / 1e9
+        rows.append((shape, nb, var, us, gbps, 100 * gbps / copy, err))
+        print(f"{shape:<22} nb={nb} {var:<24} {us:9.2f} us {gbps:7.0f} GB/s "
+              f"{100 * gbps / copy:5.1f}%  rel_err {err:.1e}", flush=True)
+
+    shapes = SHAPES if not args.shapes else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    for name, n_out, n_in in shapes:
+        q = cp.random.randint(-127, 128, (n_out, n_in), dtype=cp.int32).astype(cp.int8)
+        d = cp.random.random((n_out, n_in // 32), dtype=cp.float32) * 0.02 + 1e-3
+        d = d.astype(cp.float16)
+        ws = bench.bytes_gemv_q8(1, n_in, n_out)
+        nr = ctx.n_rot(ws)
+        qs = [(q, d)] + [(q.copy(), d.copy()) for _ in range(nr - 1)]
+        wdq = q.astype(cp.float64) * cp.repeat(d.astype(cp.float64), 32, axis=1)
+        for nb in nbs:
+            x = cp.random.standard_normal((nb, n_in), dtype=cp.float32)
+            ref = x.astype(cp.float64) @ wdq.T
+            nbytes = bench.bytes_gemv_q8(nb, n_in, n_out)
+            y = cp.empty((nb, n_out), cp.float32)
+
+            def err():
+                return float(cp.linalg.norm(y - ref) / cp.linalg.norm(ref))
+            if old is not None:
+                fo = old.get_function(f"gemv_q8_nb{nb}")
+
+                def run_old(i):
+                    fo(((n_out + 15) // 16,), (128,), (
+                        x, qs[i][0], qs[i][1], y, cp.uint64(0), cp.int32(n_in), cp.int32(n_out),
+                        *(cp.int32(n_out),) * 4, cp.int32(0), cp.int32(nb), cp.int32(0)))
+                y.fill(cp.nan)
+                run_old(0)
+                line(name, nb, "old r16 (4 warps x 4)", ctx.time(run_old, nr)[0], nbytes, err())
+            for r, t, u, suffix in _variants("q8", nb):
+                fn = tmod.get_function(f"gemv_q8_nb{nb}_{suffix}")
+
+                def run(i, fn=fn, r=r, t=t):
+                    fn(((n_out + r - 1) // r,), (t,), (
+                        x, qs[i][0], qs[i][1], y, cp.uint64(0), cp.int32(n_in), cp.int32(n_out),
+                        *(cp.int32(n_out),) * 4, cp.int32(0), cp.int32(nb), cp.int32(0)))
+                y.fill(cp.nan)
+                run(0)
+                prod = G._pick("q8", nb, n_out)[2] == f"gemv_q8_nb{nb}_{suffix}"
+                tag = suffix + (" *" if prod else "")
+                line(name, nb, tag, ctx.time(run, nr)[0], nbytes, err())
+        qs = q = d = wdq = None                               # free before the next shape
+        cp.get_default_memory_pool().free_all_blocks()
+
+    if args.f32:
+        for name, n_out, n_in in shapes:
+            w = cp.random.standard_normal((n_out, n_in), dtype=cp.float32)
+            ws = bench.bytes_linear(1, n_in, n_out, 4)
+            nr = ctx.n_rot(ws)
+            wl = [w] + [w.copy() for _ in range(nr - 1)]
+            for nb in nbs:
+                x = cp.random.standard_normal((nb, n_in), dtype=cp.float32)
+                ref = x.astype(cp.float64) @ w.astype(cp.float64).T
+                nbytes = bench.bytes_linear(nb, n_in, n_out, 4)
+                y = cp.empty((nb, n_out), cp.float32)
+
+                def err():
+                    return float(cp.linalg.norm(y - ref) / cp.linalg.norm(ref))
+                y.fill(cp.nan)
+                G.linear(x, w, out=y)
+                line(name, nb, "f32 cuBLAS (linear)",
+                     ctx.time(lambda i: G.linear(x, wl[i], out=y), nr)[0], nbytes, err())
+                for r, t, u, suffix in _variants("f32", nb):
+                    fn = tmod.get_function(f"gemv_f32_nb{nb}_{suffix}")
+
+                    def run(i, fn=fn, r=r, t=t):
+                        fn(((n_out + r - 1) // r,), (t,), (
+                            x, wl[i], cp.uint64(0), y, cp.uint64(0), cp.int32(n_in),
+                            cp.int32(n_out), *(cp.int32(n_out),) * 4, cp.int32(0), cp.int32(nb),
+                            cp.int32(0)))
+                    y.fill(cp.nan)
+                    run(0)
+                    prod = G._pick("f32", nb, n_out)[2] == f"gemv_f32_nb{nb}_{suffix}"
+                    tag = "f32 " + suffix + (" *" if prod else "")
+                    line(name, nb, tag, ctx.time(run, nr)[0], nbytes, err())
+            wl = w = None
+            cp.get_default_memory_pool().free_all_blocks()
+
+    print("\nbest per (shape, nb):")
+    best = {}
+    for r in rows:
+        key = (r[0], r[1], r[2].startswith("f32"))
+        if r[6] < 1e-5 and (key not in best or r[3] < best[key][3]):
+            best[key] = r
+    for r in best.values():
+        print(f"{r[0]:<22} nb={r[1]} {r[2]:<24} {r[3]:9.2f} us {r[5]:5.1f}% of copy")
+    bad = [r for r in rows if not r[6] < 1e-5]
+    print(f"{len(bad)} variants failed the 1e-5 check" + (f": {bad}" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    t0 = time.time()
+    rc = main()
+    print(f"tune_gemv: {time.time() - t0:.0f} s")
+    raise SystemExit(rc)
