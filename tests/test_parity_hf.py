@@ -74,7 +74,9 @@ def _reference(model, i, x):
     is what a prefill followed by decode steps computes."""
     T = x.shape[0]
     xt = torch.from_numpy(x)[None]                                   # [1, T, H]
-    cos_sin = model.model.rotary_emb(xt, torch.arange(T)[None])      # text positions 0..T-1
+    # text positions 0..T-1 as the three identical mRoPE rows [3, 1, T]: older transformers (5.17)
+    # want that shape, newer ones expand a [1, T] input to it themselves
+    cos_sin = model.model.rotary_emb(xt, torch.arange(T)[None, None].expand(3, 1, T))
     mask = torch.full((T, T), float("-inf")).triu(1)[None, None]     # additive causal mask
     with torch.no_grad():
         y = model.model.layers[i](xt, position_embeddings=cos_sin, attention_mask=mask)
