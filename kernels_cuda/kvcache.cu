@@ -18,21 +18,31 @@
 //   q8_quantize_f32      8 lanes per group (a float4 each), amax by 3 xor-shuffles; 4 groups per
 //                        warp, grid-stride. float4 loads / 4-byte stores when aligned, else scalar.
 //   q8_dequantize_f32    one thread per 4 values (char4 -> float4 when aligned).
-//   turbo_quantize_f32   one thread per group of 16 (4 float4 loads, 2N bytes + one half out;
-//                        a warp's loads are 64-byte strided per instruction, the 4 of them
-//                        together cover 2 KiB contiguously, so DRAM sees each sector once).
+//   turbo_quantize_f32   two lanes per group of 16, 8 consecutive values each (two float4 loads:
+//                        a warp reads 1 KiB contiguously); amax by one xor-shuffle, the two
+//                        lanes' codes OR-combined by shuffles, the even lane stores 2N bytes +
+//                        one half. The width N is a template parameter (switch on `bits`), so
+//                        the packing shifts are constants.
 //   turbo_dequantize_f32 one thread per group of 16.
 //   bf16_bits_f32 / bf16_to_f32   elementwise.
-//   kv_append_f32 / _bf16 / _q8 / _turbo
-//                        ONE launch per cache side per append: one warp per (token b, kv head h)
-//                        of src [nb, nkv, hd] (contiguous), writing cache row (h, t0 + b) of
-//                        the [nkv, max_t, ...] arrays. q8: the warp handles one group of 32 per
-//                        step (lane = element, warp max). turbo: the warp stages the row in
-//                        shared memory, rotates it by the WHT over hd (wht_smem_warp, then the
-//                        1/sqrt(hd) scale), and lanes quantize one group of 16 each.
+//   kv_append_f32 / _bf16 one launch per cache side: one warp per (token b, kv head h) of src
+//                        [nb, nkv, hd] (contiguous), writing cache row (h, t0 + b) of the
+//                        [nkv, max_t, ...] arrays.
+//   kv_append_q8 / kv_append_turbo_n{16..1024}
+//                        K and V in ONE launch when both sides have this kind (sides = 2), else
+//                        one per side. q8: 4 lanes per group of 32, 8 values per lane (two
+//                        float4 loads, one 8-byte store of codes, amax by 2 xor-shuffles).
+//                        turbo: the row in registers in wht.cu's layout (hd = N: max(4, N/32)
+//                        values per lane), rotated by wht_regs<N> (copied from wht.cu) and the
+//                        1/sqrt(N) scale, then each group of 16 quantized by the lanes that
+//                        hold it (turbo_group_split; the width a template parameter). A warp
+//                        loads R = max(1, 16/E) row sets before computing any (more bytes in
+//                        flight per warp).
 // Launch: quantize/dequantize 128 threads, grid-stride (the wrapper sizes the grid to the work);
-//   appends 128 threads = 4 rows per block, grid = ceil(nb·nkv / 4); kv_append_turbo takes
-//   4 · hd · 4 bytes of dynamic shared memory.
+//   appends 128 threads: f32/bf16 4 rows per block, grid = ceil(nb·nkv / 4); q8 128 units of 8
+//   values per block; turbo 4 warps of R · 32 / (N / max(4, N/32)) rows each. No shared memory.
+// H200, 27B kv shape (nb 4096, nkv 4, hd 256, K+V): q8 append 14.9 us (was 40.7), turbo4
+//   19.5 us (was 71.8); turbo_quantize bits 4, 262144 x 256: 76.7 us, 96% of copy (was 104).
 // Bytes that must move (per value): q8 quantize 4 in + 1 + 2/32 out; turbo-N quantize 4 in +
 //   N/8 + 2/16 out; the dequantizers the reverse; bf16 4 + 2; an append moves nb·nkv·hd·4 bytes
 //   in plus the stored form out.
@@ -41,8 +51,8 @@
 //   models then produce NaN products whose integer conversion is platform-defined (not tested;
 //   real K/V never get there). The turbo append's rotation is a
 //   float32 WHT (golden: float64, rounded once), so a rotated value can differ from the golden's
-//   in the last bits and, if it sits on a code boundary, its code by one. wht_smem_warp uses the
-//   same pass order (h = 1, 2, 4, ...) and scale expression as wht.cu, so the rotation here is
+//   in the last bits and, if it sits on a code boundary, its code by one. wht_regs is wht.cu's
+//   (same pass order h = 1, 2, 4, ... and scale expression), so the rotation here is
 //   bit-identical to gpu.wht's output and to float32 butterflies in numpy (tests quantize that
 //   emulation with the golden quantizer and compare the stored codes bit for bit).
 
@@ -73,22 +83,7 @@ __device__ __forceinline__ signed char q8_code(float x, float id) {
     return (signed char)(int)roundf(__fmul_rn(x, id));
 }
 
-__device__ __forceinline__ unsigned turbo_code(float x, float id, int bits) {
-    const float c = floorf(__fadd_rn(__fmul_rn(x, id), (float)(1 << (bits - 1))));
-    return (unsigned)fminf(fmaxf(c, 0.0f), (float)((1 << bits) - 1));
-}
-
 // ---- turbo packing: a group's 16·N bits as two little-endian 64-bit words (lo, hi) ----
-__device__ __forceinline__ void put_code(u64& lo, u64& hi, unsigned c, int s /* bit offset */,
-                                         int bits) {
-    if (s < 64) {
-        lo |= (u64)c << s;
-        if (s + bits > 64) hi |= (u64)c >> (64 - s);          // a code straddling the words
-    } else {
-        hi |= (u64)c << (s - 64);
-    }
-}
-
 __device__ __forceinline__ unsigned get_code(u64 lo, u64 hi, int s, int bits) {
     u64 v = s < 64 ? (lo >> s) | (s > 0 ? hi << (64 - s) : 0ull) : hi >> (s - 64);
     return (unsigned)(v & ((1u << bits) - 1u));
@@ -126,35 +121,93 @@ __device__ __forceinline__ void load_packed(const unsigned char* p, int nbytes, 
     }
 }
 
-// Quantize one group of 16 (already rotated if it should be) and store codes + scale.
-__device__ __forceinline__ void turbo_group(const float (&v)[16], int bits, unsigned char* codes,
-                                            __half* d) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(v[j]));
-    __half d16;
-    float id;
-    group_scale(amax, (float)((1 << bits) - 1) * 0.5f, &d16, &id);
-    u64 lo = 0ull, hi = 0ull;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) put_code(lo, hi, turbo_code(v[j], id, bits), bits * j, bits);
-    store_packed(codes, lo, hi, 2 * bits);
-    *d = d16;
+// Bits [s, s + n) of a 128-bit (lo, hi) pair get w (n <= 64, 0 <= s, s + n <= 128).
+__device__ __forceinline__ void put_bits(u64& lo, u64& hi, u64 w, int s, int n) {
+    if (s < 64) {
+        lo |= w << s;
+        if (s + n > 64) hi |= w >> (64 - s);                  // straddles the words (s > 0)
+    } else {
+        hi |= w << (s - 64);
+    }
 }
 
-// ---- shared-memory WHT of one row by one warp (same passes and scale as wht.cu) ----
-// s: n floats (n a power of two); all 32 lanes call; unscaled. Pass h maps (s[i], s[i+h]) to
-// (a + b, a - b) for every i with bit h clear — the order of wht.cu's wht_regs.
-__device__ __forceinline__ void wht_smem_warp(float* s, int n) {
-    const int lane = threadIdx.x & 31;
-    for (int h = 1; h < n; h <<= 1) {
-        for (int p = lane; p < n / 2; p += 32) {
-            const int i = ((p & ~(h - 1)) << 1) | (p & (h - 1));
-            const float a = s[i], b = s[i + h];
-            s[i] = a + b;
-            s[i + h] = a - b;
+// c = clamp(floor(x · id + 2^(B-1)), 0, 2^B - 1), as turbo_code but with the floor and the
+// conversion in one cvt.rmi.s32 and an integer clamp: the same value for every input (finite t
+// floors exactly; |t| >= 2^31 saturates to the same clamp end; NaN converts to 0, as fmaxf(NaN,
+// 0) gives 0).
+template <int B>
+__device__ __forceinline__ unsigned turbo_code_t(float x, float id) {
+    const int c = __float2int_rd(__fadd_rn(__fmul_rn(x, id), (float)(1 << (B - 1))));
+    return (unsigned)(c < 0 ? 0 : (c > (1 << B) - 1 ? (1 << B) - 1 : c));
+}
+
+// One group of 16 held by 16 / PER consecutive lanes, PER values each (PER in 4, 8, 16; value
+// j of lane `part` is the group's element part·PER + j). amax by xor-shuffles, scale as
+// group_scale, codes OR-combined across the lanes into the group's (lo, hi); lane part 0 stores
+// codes and scale when `live`. Every lane of the warp must call it (full-warp shuffles).
+template <int B, int PER>
+__device__ __forceinline__ void turbo_group_split(const float (&v)[PER], int part, bool live,
+                                                  unsigned char* codes, __half* d) {
+    constexpr int GL = 16 / PER;
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) amax = fmaxf(amax, fabsf(v[j]));
+#pragma unroll
+    for (int m = 1; m < GL; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, m));
+    __half d16;
+    float id;
+    group_scale(amax, (float)((1 << B) - 1) * 0.5f, &d16, &id);
+    u64 lo = 0ull, hi = 0ull;
+    if constexpr (PER == 16) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) put_bits(lo, hi, turbo_code_t<B>(v[j], id), B * j, B);
+    } else {
+        u64 w = 0ull;                                          // PER * B <= 64 bits
+#pragma unroll
+        for (int j = 0; j < PER; ++j) w |= (u64)turbo_code_t<B>(v[j], id) << (B * j);
+        put_bits(lo, hi, w, part * PER * B, PER * B);
+#pragma unroll
+        for (int m = 1; m < GL; m <<= 1) {
+            lo |= __shfl_xor_sync(FULL_MASK, lo, m);
+            hi |= __shfl_xor_sync(FULL_MASK, hi, m);
         }
-        __syncwarp();
+    }
+    if (live && part == 0) {
+        store_packed(codes, lo, hi, 2 * B);
+        *d = d16;
+    }
+}
+
+// ---- register WHT (copied from wht.cu: same layout, pass order and operations) ----
+template <int N>
+struct WhtShape {
+    static constexpr int E = N >= 128 ? N / 32 : 4;     // elements per lane
+    static constexpr int L = N / E;                     // lanes per row (4, 8, 16 or 32)
+    static constexpr int RPW = 32 / L;                  // rows per warp
+};
+
+template <int N>
+__device__ __forceinline__ void wht_regs(float (&v)[WhtShape<N>::E], int sub) {
+    constexpr int E = WhtShape<N>::E, L = WhtShape<N>::L;
+#pragma unroll
+    for (int h = 1; h < E; h <<= 1) {
+#pragma unroll
+        for (int i = 0; i < E; ++i) {
+            if ((i & h) == 0) {
+                const float a = v[i], b = v[i + h];
+                v[i] = a + b;
+                v[i + h] = a - b;
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 1; m < L; m <<= 1) {
+        const bool upper = (sub & m) != 0;
+#pragma unroll
+        for (int i = 0; i < E; ++i) {
+            const float o = __shfl_xor_sync(FULL_MASK, v[i], m);
+            v[i] = upper ? o - v[i] : v[i] + o;
+        }
     }
 }
 
@@ -219,23 +272,46 @@ extern "C" __global__ void q8_dequantize_f32(const signed char* __restrict__ q,
     }
 }
 
-extern "C" __global__ void turbo_quantize_f32(const float* __restrict__ x, unsigned char* codes,
-                                              __half* d, long long groups, int bits) {
+template <int B>
+__device__ __forceinline__ void turbo_quantize_body(const float* __restrict__ x,
+                                                    unsigned char* codes, __half* d,
+                                                    long long groups) {
+    // two lanes per group of 16, 8 consecutive values each (two float4 loads): a warp reads
+    // 1 KiB contiguously, 16 groups per step
+    const int lane = threadIdx.x & 31, part = lane & 1;
+    const int warps = blockDim.x >> 5;
     const bool vec = aligned(x, 16);
-    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < groups;
-         g += (long long)gridDim.x * blockDim.x) {
-        float v[16];
-        if (vec) {
-#pragma unroll
-            for (int j = 0; j < 16; j += 4) {
-                const float4 t = *reinterpret_cast<const float4*>(x + g * 16 + j);
-                v[j] = t.x; v[j + 1] = t.y; v[j + 2] = t.z; v[j + 3] = t.w;
-            }
+    const long long halves = 2 * groups;
+    for (long long h0 = ((long long)blockIdx.x * warps + (threadIdx.x >> 5)) * 32; h0 < halves;
+         h0 += (long long)gridDim.x * warps * 32) {
+        const long long h = h0 + lane, g = h >> 1;
+        const bool live = h < halves;
+        float v[8];
+        if (live && vec) {
+            const float4 a = *reinterpret_cast<const float4*>(x + h * 8);
+            const float4 b = *reinterpret_cast<const float4*>(x + h * 8 + 4);
+            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+            v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
         } else {
 #pragma unroll
-            for (int j = 0; j < 16; ++j) v[j] = x[g * 16 + j];
+            for (int j = 0; j < 8; ++j) v[j] = live ? x[h * 8 + j] : 0.0f;
         }
-        turbo_group(v, bits, codes + g * 2 * bits, d + g);
+        turbo_group_split<B, 8>(v, part, live, codes + g * 2 * B, d + g);
+    }
+}
+
+extern "C" __global__ void turbo_quantize_f32(const float* __restrict__ x, unsigned char* codes,
+                                              __half* d, long long groups, int bits) {
+    switch (bits) {                       // block-uniform: each case is a compile-time width
+        case 1: turbo_quantize_body<1>(x, codes, d, groups); break;
+        case 2: turbo_quantize_body<2>(x, codes, d, groups); break;
+        case 3: turbo_quantize_body<3>(x, codes, d, groups); break;
+        case 4: turbo_quantize_body<4>(x, codes, d, groups); break;
+        case 5: turbo_quantize_body<5>(x, codes, d, groups); break;
+        case 6: turbo_quantize_body<6>(x, codes, d, groups); break;
+        case 7: turbo_quantize_body<7>(x, codes, d, groups); break;
+        case 8: turbo_quantize_body<8>(x, codes, d, groups); break;
+        default: break;
     }
 }
 
@@ -313,43 +389,149 @@ extern "C" __global__ void kv_append_bf16(const float* __restrict__ src, unsigne
     }
 }
 
-extern "C" __global__ void kv_append_q8(const float* __restrict__ src, signed char* q, __half* d,
-                                        int nb, int nkv, int hd, int max_t, int t0) {
-    const int lane = threadIdx.x & 31;
-    for (int r = first_warp(); r < nb * nkv; r += warp_stride()) {
-        const float* xr = src + (long long)r * hd;
-        const long long row = cache_row(r, nkv, max_t, t0);
-        for (int g = 0; g < hd / 32; ++g) {                    // one group of 32 per step
-            const float v = xr[g * 32 + lane];
-            __half d16;
-            float id;
-            group_scale(warp_max(fabsf(v), 32), 127.0f, &d16, &id);
-            q[row * hd + g * 32 + lane] = q8_code(v, id);
-            if (lane == 0) d[row * (hd / 32) + g] = d16;
+// q8 and turbo appends take both sides (src0 -> side 0 arrays, src1 -> side 1) and `sides`
+// (1 or 2): rows r < nb·nkv are side 0's, the next nb·nkv side 1's, so K and V of the same
+// kind go in ONE launch (the wrapper passes side 0's arrays twice when sides = 1).
+
+// q8: 4 lanes per group of 32, 8 consecutive values per lane (two float4 loads, one 8-byte
+// store of codes); a warp covers 1 KiB of src per step. amax over the 4 lanes by 2 xor-shuffles
+// (max is order-free, so the scale is the golden's bit for bit).
+extern "C" __global__ void kv_append_q8(const float* __restrict__ src0, signed char* q0,
+                                        __half* d0, const float* __restrict__ src1,
+                                        signed char* q1, __half* d1, int nb, int nkv, int hd,
+                                        int max_t, int t0, int sides) {
+    const int lane = threadIdx.x & 31, sub = lane & 3;
+    const int upr = hd >> 3;                                   // units of 8 per row
+    const long long rows_side = (long long)nb * nkv;
+    const long long units = sides * rows_side * upr;
+    const bool vec = aligned(src0, 16) && aligned(src1, 16) && aligned(q0, 8) && aligned(q1, 8);
+    for (long long u0 = (long long)first_warp() * 32; u0 < units;
+         u0 += (long long)warp_stride() * 32) {
+        const long long u = u0 + lane;
+        const bool live = u < units;
+        const long long row = u / upr;
+        const int e = (int)(u - row * upr) * 8;                // first value of this lane's 8
+        const int side = row >= rows_side ? 1 : 0;
+        const int r = (int)(row - side * rows_side);
+        const float* x = (side ? src1 : src0) + (long long)r * hd + e;
+        float v[8];
+        if (live && vec) {
+            const float4 a = *reinterpret_cast<const float4*>(x);
+            const float4 b = *reinterpret_cast<const float4*>(x + 4);
+            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+            v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[j] = live ? x[j] : 0.0f;
+        }
+        float amax = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+        amax = warp_max(amax, 4);
+        __half d16;
+        float id;
+        group_scale(amax, 127.0f, &d16, &id);
+        if (live) {
+            const long long crow = cache_row(r, nkv, max_t, t0);
+            signed char* qd = (side ? q1 : q0) + crow * hd + e;
+            unsigned w[2] = {0u, 0u};
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                w[j >> 2] |= (unsigned)(unsigned char)q8_code(v[j], id) << (8 * (j & 3));
+            if (vec) {
+                *reinterpret_cast<uint2*>(qd) = make_uint2(w[0], w[1]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) qd[j] = (signed char)(w[j >> 2] >> (8 * (j & 3)));
+            }
+            if (sub == 0) (side ? d1 : d0)[crow * (hd >> 5) + (e >> 5)] = d16;
         }
     }
 }
 
-extern "C" __global__ void kv_append_turbo(const float* __restrict__ src, unsigned char* codes,
-                                           __half* d, int nb, int nkv, int hd, int max_t, int t0,
-                                           int bits) {
-    extern __shared__ __align__(16) float sm[];
-    const int lane = threadIdx.x & 31;
-    float* s = sm + (threadIdx.x >> 5) * hd;                   // this warp's row
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)hd));
-    const int G = hd / 16;
-    for (int r = first_warp(); r < nb * nkv; r += warp_stride()) {
-        const float* xr = src + (long long)r * hd;
-        const long long row = cache_row(r, nkv, max_t, t0);
-        __syncwarp();                                          // previous row fully consumed
-        for (int i = lane; i < hd; i += 32) s[i] = xr[i];
-        __syncwarp();
-        wht_smem_warp(s, hd);
-        for (int g = lane; g < G; g += 32) {
-            float v[16];
+// turbo: the row in registers in wht.cu's layout (E = max(4, N/32) values per lane, RPW rows
+// per warp), rotated by wht_regs<N> + the 1/sqrt(N) scale (bit-identical to gpu.wht), then each
+// group of 16 quantized by the 16/E lanes holding it (E >= 16: one or two whole groups per lane).
+template <int N, int B>
+__device__ __forceinline__ void append_turbo_rows(const float* __restrict__ src0,
+                                                  unsigned char* c0, __half* d0,
+                                                  const float* __restrict__ src1,
+                                                  unsigned char* c1, __half* d1, int nb, int nkv,
+                                                  int max_t, int t0, int sides) {
+    constexpr int E = WhtShape<N>::E, L = WhtShape<N>::L, RPW = WhtShape<N>::RPW;
+    constexpr int G = N / 16;                                  // groups per row
+    constexpr int PER = E < 16 ? E : 16, GPL = E / PER, GL = 16 / PER;
+    constexpr int R = E >= 16 ? 1 : 16 / E;    // row sets per warp step, all loads issued first
+    const int lane = threadIdx.x & 31, sub = lane % L, rsub = lane / L;
+    const long long rows_side = (long long)nb * nkv, rows = sides * rows_side;
+    const bool vec = aligned(src0, 16) && aligned(src1, 16);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)N));
+    for (long long g0 = (long long)first_warp() * R; g0 * RPW < rows;
+         g0 += (long long)warp_stride() * R) {
+        float v[R][E];
+        int side[R], r[R];
+        bool live[R];
 #pragma unroll
-            for (int j = 0; j < 16; ++j) v[j] = __fmul_rn(s[g * 16 + j], scale);
-            turbo_group(v, bits, codes + (row * G + g) * 2 * bits, d + row * G + g);
+        for (int k = 0; k < R; ++k) {
+            const long long row = (g0 + k) * RPW + rsub;
+            live[k] = row < rows;
+            side[k] = row >= rows_side ? 1 : 0;
+            r[k] = live[k] ? (int)(row - side[k] * rows_side) : 0;
+            const float* x = (side[k] ? src1 : src0) + (long long)r[k] * N + sub * E;
+            if (live[k] && vec) {
+#pragma unroll
+                for (int i = 0; i < E; i += 4) {
+                    const float4 t = *reinterpret_cast<const float4*>(x + i);
+                    v[k][i] = t.x; v[k][i + 1] = t.y; v[k][i + 2] = t.z; v[k][i + 3] = t.w;
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < E; ++i) v[k][i] = live[k] ? x[i] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+            wht_regs<N>(v[k], sub);
+            const long long crow = cache_row(r[k], nkv, max_t, t0);
+            unsigned char* cb = (side[k] ? c1 : c0) + crow * G * 2 * B;
+            __half* db = (side[k] ? d1 : d0) + crow * G;
+#pragma unroll
+            for (int q = 0; q < GPL; ++q) {
+                float p[PER];
+#pragma unroll
+                for (int j = 0; j < PER; ++j) p[j] = __fmul_rn(v[k][q * PER + j], scale);
+                const int gi = (sub * E) / 16 + q;             // group within the row
+                turbo_group_split<B, PER>(p, sub % GL, live[k], cb + gi * 2 * B, db + gi);
+            }
         }
     }
 }
+
+template <int N>
+__device__ __forceinline__ void append_turbo_n(const float* src0, unsigned char* c0, __half* d0,
+                                               const float* src1, unsigned char* c1, __half* d1,
+                                               int nb, int nkv, int max_t, int t0, int bits,
+                                               int sides) {
+    switch (bits) {       // the cache's widths; others are refused by the wrapper
+        case 8: append_turbo_rows<N, 8>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides); break;
+        case 4: append_turbo_rows<N, 4>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides); break;
+        case 3: append_turbo_rows<N, 3>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides); break;
+        case 2: append_turbo_rows<N, 2>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides); break;
+        default: break;
+    }
+}
+
+#define KV_APPEND_TURBO(NN)                                                                    \
+    extern "C" __global__ void __launch_bounds__(128) kv_append_turbo_n##NN(                   \
+        const float* __restrict__ src0, unsigned char* c0, __half* d0,                         \
+        const float* __restrict__ src1, unsigned char* c1, __half* d1, int nb, int nkv,        \
+        int max_t, int t0, int bits, int sides) {                                              \
+        append_turbo_n<NN>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, bits, sides);       \
+    }
+KV_APPEND_TURBO(16)
+KV_APPEND_TURBO(32)
+KV_APPEND_TURBO(64)
+KV_APPEND_TURBO(128)
+KV_APPEND_TURBO(256)
+KV_APPEND_TURBO(512)
+KV_APPEND_TURBO(1024)

@@ -11,9 +11,8 @@
 //   (a, b) at distance h to (a + b, a - b): passes h < E run inside a lane's registers, passes
 //   h >= E pair lane with lane ^ (h / E) through __shfl_xor_sync (the lower lane keeps a + b,
 //   the upper a - b). Then one multiply by 1/sqrt(N).
-//   The pass order (h ascending) and the scale expression are exactly those of kvcache.cu's
-//   shared-memory WHT (wht_smem_warp), so a turbo append's rotation is bit-identical to this
-//   kernel's output; keep the two in step.
+//   kvcache.cu's turbo append uses a copy of wht_regs and the same scale expression, so a turbo
+//   append's rotation is bit-identical to this kernel's output; keep the two in step.
 // Launch: block = 128 threads (4 warps), grid = ceil(rows / (4 * rows_per_warp)), grid-stride
 //   over row groups (all 32 lanes of a warp run every shuffle; lanes past the last row load 0
 //   and store nothing). float4 loads/stores when x and y are 16-byte aligned, else scalar. y may

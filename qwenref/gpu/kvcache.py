@@ -89,7 +89,8 @@ def turbo_quantize(x, bits, codes_out=None, d_out=None):
     d_out = out_array("d_out", d_out, x.shape[:-1] + (g,), np.float16)
     groups = x.size // TURBO_GROUP
     if groups:
-        _k("turbo_quantize_f32")(_grid(groups, _THREADS), (_THREADS,),
+        # two lanes per group of 16
+        _k("turbo_quantize_f32")(_grid(2 * groups, _THREADS), (_THREADS,),
                                  (x, codes_out, d_out, np.int64(groups), np.int32(bits)))
     return codes_out, d_out
 
@@ -145,23 +146,36 @@ def _side_alloc(side, nkv, max_t, hd):
             "d": cp.zeros((nkv, max_t, hd // TURBO_GROUP), cp.float16)}
 
 
-def _side_append(side, store, x, t0, max_t):
-    """One launch: x [nb, nkv, hd] -> rows t0 .. t0+nb-1 of every kv head's stored side."""
+def _side_append(side, store, x, t0, max_t, store1=None, x1=None):
+    """One launch: x [nb, nkv, hd] -> rows t0 .. t0+nb-1 of every kv head's stored side.
+
+    q8 and turbo sides may take a second side of the same kind (store1, x1: the V side) in the
+    same launch."""
     nb, nkv, hd = x.shape
     rows = nb * nkv
-    grid, block = _grid(rows, _THREADS // 32), (_THREADS,)      # one warp per (token, head)
     dims = (np.int32(nb), np.int32(nkv), np.int32(hd), np.int32(max_t), np.int32(t0))
-    if side == "f32":
-        _k("kv_append_f32")(grid, block, (x, store["data"], *dims))
-    elif side == "bf16":
-        _k("kv_append_bf16")(grid, block, (x, store["data"], *dims))
-    elif side == "q8":
-        _k("kv_append_q8")(grid, block, (x, store["q"], store["d"], *dims))
+    block = (_THREADS,)
+    if side in ("f32", "bf16"):
+        grid = _grid(rows, _THREADS // 32)                      # one warp per (token, head)
+        _k(f"kv_append_{side}")(grid, block, (x, store["data"], *dims))
+        return
+    sides = 1 if store1 is None else 2
+    if store1 is None:
+        store1, x1 = store, x
+    if side == "q8":
+        units = sides * rows * (hd // 8)                         # 8 values per thread
+        _k("kv_append_q8")(_grid(units, _THREADS), block,
+                           (x, store["q"], store["d"], x1, store1["q"], store1["d"], *dims,
+                            np.int32(sides)))
     else:
-        _k("kv_append_turbo")(grid, block,
-                              (x, store["codes"], store["d"], *dims,
-                               np.int32(_golden._turbo_bits(side))),
-                              shared_mem=(_THREADS // 32) * hd * 4)
+        e = max(4, hd // 32)                                     # values per lane (wht.cu layout)
+        per_warp = (32 // (hd // e)) * (1 if e >= 16 else 16 // e)   # rows per warp step
+        warps = -(-sides * rows // per_warp)
+        _k(f"kv_append_turbo_n{hd}")(
+            _grid(warps, _THREADS // 32), block,
+            (x, store["codes"], store["d"], x1, store1["codes"], store1["d"], np.int32(nb),
+             np.int32(nkv), np.int32(max_t), np.int32(t0),
+             np.int32(_golden._turbo_bits(side)), np.int32(sides)))
 
 
 def _side_decode(side, store, t_len):
@@ -223,7 +237,8 @@ class KVCache:
         """Store nb tokens at positions len(self) .. len(self)+nb-1 and advance the length.
 
         k, v: cupy float32 [nb, nkv, hd] (C-contiguous; after q/k norm and RoPE, unrotated).
-        One launch per side rotates (turbo sides) + quantizes + stores. index_k: cupy float32
+        One launch rotates (turbo sides) + quantizes + stores both sides when K and V share a
+        quantized kind (q8, turboN); otherwise one launch per side. index_k: cupy float32
         [nb, ihd] raw indexer keys (required iff the config has an indexer), copied to idx_keys.
         Block keys are not computed here (gpu.update_block_keys does). Past max_t -> ValueError.
         """
@@ -242,8 +257,11 @@ class KVCache:
             raise ValueError(f"k: appending {nb} tokens to {t0} stored exceeds max_t={self.max_t}")
         if nb == 0:
             return
-        _side_append(self.k_kind, self.k_store, k, t0, self.max_t)
-        _side_append(self.v_kind, self.v_store, v, t0, self.max_t)
+        if self.k_kind == self.v_kind and self.k_kind not in ("f32", "bf16"):
+            _side_append(self.k_kind, self.k_store, k, t0, self.max_t, self.v_store, v)  # K+V
+        else:
+            _side_append(self.k_kind, self.k_store, k, t0, self.max_t)
+            _side_append(self.v_kind, self.v_store, v, t0, self.max_t)
         if cfg.has_indexer:
             self.idx_keys[t0:t1] = index_k
         self.length = t1

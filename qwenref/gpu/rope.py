@@ -10,6 +10,8 @@ Positions are int32 on the device; they are not range-checked there (that would 
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ._runtime import check_array, cupy, kernel, out_array
@@ -18,6 +20,41 @@ __all__ = ["qk_norm_rope", "head_norm_rope"]
 
 _MAX_GRID = 1 << 20
 _MAX_HD = 12288          # the head is staged in <= 48 KiB of shared memory
+
+
+# persistent pipelined kernels (rope.cu qk_norm_rope_pipe_v*): ceil(hd / 128) -> (NV, heads
+# per item); 8 warps per block; smem (rd / 2 + 8 * 2 * rd) floats <= 33.8 KiB at rd = 512
+_PIPE_SHAPES = {1: (1, 2), 2: (2, 2), 3: (4, 1), 4: (4, 1)}
+_PIPE_WARPS = 8
+
+
+def _pipe_path_ok(hd, *arrays):
+    """The pipelined kernel needs hd % 4 == 0, hd <= 512 and 16-byte aligned arrays."""
+    return hd % 4 == 0 and hd <= 512 and all(a.data.ptr % 16 == 0 for a in arrays)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_limits(device_id):
+    """(SMs, registers, threads, shared-memory bytes per SM) of a device (H100/H200 defaults for
+    any attribute CuPy does not report)."""
+    a = cupy().cuda.Device(device_id).attributes
+    return (a.get("MultiProcessorCount", 132), a.get("MaxRegistersPerMultiprocessor", 65536),
+            a.get("MaxThreadsPerMultiProcessor", 2048),
+            a.get("MaxSharedMemoryPerMultiprocessor", 228 * 1024))
+
+
+def _resident_blocks(kern, threads, smem):
+    """Blocks of `threads` threads that fit on the device at once (registers, threads, shared
+    memory per SM), for a persistent grid."""
+    sms, regs_sm, threads_sm, smem_sm = _sm_limits(cupy().cuda.Device().id)
+    try:
+        regs = max(1, int(kern.num_regs))
+    except Exception:                                          # attribute missing: assume 128
+        regs = 128
+    regs = -(-regs // 8) * 8                                   # allocation granularity
+    per_sm = min(regs_sm // (regs * threads), threads_sm // threads,
+                 smem_sm // (smem + 1024), 32)                 # 1 KiB reserved per block
+    return sms * max(1, per_sm)
 
 
 def _check_rotary(rotary_dim, theta, hd):
@@ -65,7 +102,18 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
     q_out = out_array("q_out", q_out, (nb, nh, hd), np.float32)
     k_out = out_array("k_out", k_out, (nb, nkv, hd), np.float32)
     heads = nb * (nh + nkv)
-    if heads:
+    if heads and _pipe_path_ok(hd, qg, k, q_out, k_out):
+        nv, hpw = _PIPE_SHAPES[-(-hd // 128)]
+        kern = kernel("rope", f"qk_norm_rope_pipe_v{nv}")
+        items = nb * -(-(nh + nkv) // hpw)
+        smem = 4 * (rotary_dim // 2 + _PIPE_WARPS * 2 * rotary_dim)
+        grid = min(-(-items // _PIPE_WARPS), _resident_blocks(kern, 32 * _PIPE_WARPS, smem))
+        kern((grid,), (32 * _PIPE_WARPS,),
+             (qg, k, q_weight, k_weight, positions, q_out, k_out, np.int32(nb), np.int32(nh),
+              np.int32(nkv), np.int32(hd), np.int32(rotary_dim), np.float64(theta),
+              np.float32(eps)),
+             shared_mem=smem)
+    elif heads:
         kernel("rope", "qk_norm_rope")(
             (min(heads, _MAX_GRID),), (32,),
             (qg, k, q_weight, k_weight, positions, q_out, k_out, np.int32(nb), np.int32(nh),
