@@ -12,7 +12,7 @@ import numpy as np
 
 __all__ = ["results_path", "load_results", "recorded_note", "select_runs", "gpu_available",
            "show_source", "show_kernel", "relerr", "plot_errors", "plot_bandwidth",
-           "time_gpu"]
+           "load_samples", "time_queued_us", "copy_ceiling_gbps", "print_runs", "plot_peer"]
 
 
 def results_path(name="nvidia-h200.json"):
@@ -136,17 +136,11 @@ def _run_label(r, key):
     return str(r.get(key))
 
 
-def time_gpu(fn, *args, n_repeat=100, n_warmup=10):
-    """Median GPU time of fn(*args) in microseconds (CUDA events, via cupyx.profiler)."""
-    from cupyx.profiler import benchmark
-    res = benchmark(fn, args, n_repeat=n_repeat, n_warmup=n_warmup)
-    return float(np.median(res.gpu_times[0]) * 1e6)
-
-
 def time_queued_us(fn, n=50, spin_us=4000, reps=5):
     """GPU microseconds per call of fn(): a spin kernel holds the GPU while the host queues n
-    calls, so the host's launch gaps between calls are not timed (time_gpu times one call,
-    gaps included, which dominates for kernels of a few microseconds). Median of reps."""
+    calls, so the host's per-call work is not timed (events around a single call would count
+    it, and it dominates for kernels of a few microseconds). spin_us must exceed the time the
+    host needs to queue the n calls. Median of reps."""
     import cupy as cp
     from .gpu.gemv import spin_wait
     fn()
@@ -170,7 +164,6 @@ def copy_ceiling_gbps(nbytes=1 << 30):
     a = cp.ones(nbytes // 4, cp.float32)
     b = cp.empty_like(a)
     us = time_queued_us(lambda: cp.copyto(b, a), n=5, spin_us=1000)
-    del a, b
     return 2 * nbytes / us / 1e3
 
 
