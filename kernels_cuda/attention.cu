@@ -29,7 +29,7 @@
 // combine: grid (nh, nb), block hd.
 //
 // Bytes the partials must move (one row; nb rows share them through L2), T visible tokens:
-//   q8:     K+V int8 2*T*nkv*hd  +  scales 2*T*nkv*(hd/32)*2  (hd 256: 528 B per token per kv head)
+//   q8:     K+V int8 2*T*nkv*hd  +  scales 2*T*nkv*(hd/32)*2  (hd 256: 544 B per token per kv head)
 //   turboN: 2*T*nkv*(hd/16)*(2N + 2);  bf16: 2*T*nkv*hd*2;  f32: 2*T*nkv*hd*4
 //   plus q (nh*hd*4), partials out S*nh*(hd+2)*4 (read again by the combine).
 // Instructions, q8, hd 256, n_rep 6 (SASS of the main loop, per token per kv head per row, in
