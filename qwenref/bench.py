@@ -318,7 +318,10 @@ def merge_results(doc, samples, old_doc, old_samples):
         if i in samples:
             merged[len(runs)] = samples[i]
         runs.append(r)
-    return dict(doc, runs=runs), merged
+    merged_doc = dict(doc, runs=runs)
+    if doc.get("only") is not None:        # the file now holds every merged stage, not just doc's
+        merged_doc["only"] = sorted({r["stage"] for r in runs})
+    return merged_doc, merged
 
 
 def read_results(out_dir, slug):

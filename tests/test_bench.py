@@ -183,8 +183,10 @@ def test_write_results_merge_replaces_only_the_stages_run(tmp_path):
     # a later call that ran only gemv: norm's run and sample are kept, gemv's replaced
     again = [_run(stage="gemv", kernel="gemv_q8", median_us=20.0),
              _run(stage="gemv", kernel="linear f32")]
-    bench.write_results(_doc(again, commit="fedcba9"), {1: pair(7)}, tmp_path, "d", merge=True)
+    bench.write_results(dict(_doc(again, commit="fedcba9"), only=["gemv"]), {1: pair(7)}, tmp_path,
+                        "d", merge=True)
     doc, samples = bench.read_results(tmp_path, "d")
+    assert doc["only"] == ["gemv", "norm"]             # what the merged file holds
     assert [(r["stage"], r["kernel"]) for r in doc["runs"]] == [
         ("norm", "rms_norm"), ("gemv", "gemv_q8"), ("gemv", "linear f32")]
     assert doc["runs"][1]["median_us"] == 20.0 and doc["commit"] == "fedcba9"
