@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from .._args import int_arg as _int_arg, sparse_arg as _sparse_arg
 from ._runtime import check_array, cupy, kernel, out_array
 
 __all__ = ["decode_attention", "attn_partials", "attn_combine", "auto_n_splits",
@@ -62,24 +63,6 @@ DEFAULT_IMPL = None
 # Extra NVRTC options for the partials kernels, for tuning sweeps (TUNING.md), e.g.
 # ("-DATTN_TT=2", "-DATTN_MINB=2"). ATTN_NWARP also needs _NWARP changed to match.
 TUNING_OPTIONS: tuple = ()
-
-
-# ---- argument checks ---------------------------------------------------------------------
-def _int_arg(name, x, lo):
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
-    if x < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {x}")
-    return int(x)
-
-
-def _sparse_arg(sparse_v):
-    if isinstance(sparse_v, (bool, np.bool_)) or not isinstance(sparse_v, (int, float, np.number)):
-        raise TypeError(f"sparse_v must be a float, got {type(sparse_v).__name__}")
-    sparse_v = float(sparse_v)
-    if not 0.0 <= sparse_v < 1.0:
-        raise ValueError(f"sparse_v must be in [0, 1), got {sparse_v!r}")
-    return sparse_v
 
 
 def _side_arrays(which, side, store, nkv, hd):
