@@ -29,3 +29,16 @@ def rng(request):
 @pytest.fixture
 def tiny_cfg():
     return qwenref.AttnConfig.tiny()
+
+
+@pytest.fixture
+def cp():
+    """CuPy, through qwenref's loader (GPU tests only: they are skipped without a GPU)."""
+    from qwenref.gpu._runtime import cupy
+    return cupy()
+
+
+@pytest.fixture
+def gpu():
+    import qwenref.gpu as g
+    return g

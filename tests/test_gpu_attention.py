@@ -32,18 +32,6 @@ def v1_only(monkeypatch):
     monkeypatch.setattr(gpu_attention, "DEFAULT_IMPL", "v1")
 
 
-@pytest.fixture
-def cp():
-    from qwenref.gpu._runtime import cupy
-    return cupy()
-
-
-@pytest.fixture
-def gpu():
-    import qwenref.gpu as g
-    return g
-
-
 def make_cfg(hd, nh, nkv):
     """An attention-only config (no indexer) of the given head shape."""
     return qwenref.AttnConfig(hidden_size=64, num_attention_heads=nh, num_key_value_heads=nkv,

@@ -33,18 +33,6 @@ REL = 2e-5          # float32-level part (as v1): scores, l, the combine
 U16 = 2.0 ** -11    # fp16 unit roundoff: P' = fp16(p * d_v)
 
 
-@pytest.fixture
-def cp():
-    from qwenref.gpu._runtime import cupy
-    return cupy()
-
-
-@pytest.fixture
-def gpu():
-    import qwenref.gpu as g
-    return g
-
-
 def make_cfg(hd, n_rep, nkv=2):
     return qwenref.AttnConfig(hidden_size=64, num_attention_heads=n_rep * nkv,
                               num_key_value_heads=nkv, head_dim=hd, intermediate_size=128)

@@ -14,12 +14,6 @@ pytestmark = pytest.mark.gpu
 EPS32 = np.finfo(np.float32).eps
 
 
-@pytest.fixture
-def cp():
-    import cupy
-    return cupy
-
-
 def _gpu():
     from qwenref import gpu
     return gpu

@@ -22,18 +22,6 @@ pytestmark = pytest.mark.gpu
 ULPS = 16 * 2.0 ** -24
 
 
-@pytest.fixture
-def cp():
-    from qwenref.gpu._runtime import cupy
-    return cupy()
-
-
-@pytest.fixture
-def gpu():
-    import qwenref.gpu as g
-    return g
-
-
 def idx_cfg(R=8, kblk=4, inh=2, ihd=32, hd=64):
     return qwenref.AttnConfig.tiny().replace(
         head_dim=hd, indexer_compress_ratio=R, indexer_budget=kblk * R, indexer_n_heads=inh,

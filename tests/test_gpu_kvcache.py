@@ -22,12 +22,6 @@ KINDS = gk.CACHE_KINDS
 EPS32 = np.finfo(np.float32).eps  # 2**-23
 
 
-@pytest.fixture
-def cp():
-    from qwenref.gpu._runtime import cupy
-    return cupy()
-
-
 def wht_f32(x):
     """The kernel's rotation in numpy float32 (see test_gpu_wht.wht_f32): passes h = 1, 2, ...
     of (a, b) -> (a + b, a - b), then one multiply by float32(1 / float32(sqrt(n)))."""

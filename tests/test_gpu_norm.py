@@ -10,12 +10,6 @@ pytestmark = pytest.mark.gpu
 EPS32 = np.finfo(np.float32).eps  # 2**-23
 
 
-@pytest.fixture
-def cp():
-    from qwenref.gpu._runtime import cupy
-    return cupy()
-
-
 def ref64(x, w, eps, zero_centered=True):
     """float64 reference: x / sqrt(mean(x^2) + eps) * (1 + w)."""
     x64, w64 = x.astype(np.float64), w.astype(np.float64)

@@ -13,12 +13,6 @@ EPS32 = np.finfo(np.float32).eps  # 2**-23
 POSITIONS = [0, 1, 4097, 123457, 199999]
 
 
-@pytest.fixture
-def cp():
-    from qwenref.gpu._runtime import cupy
-    return cupy()
-
-
 def norm_tol(hd):
     # per-head RMSNorm: the warp's sum of squares is <= 8 sequential adds per lane (hd <= 256)
     # + 5 shuffle levels, the golden's a pairwise sum; each is within (log2(hd) + 8) ulps of

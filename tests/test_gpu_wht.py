@@ -12,12 +12,6 @@ pytestmark = pytest.mark.gpu
 EPS32 = np.finfo(np.float32).eps  # 2**-23
 
 
-@pytest.fixture
-def cp():
-    from qwenref.gpu._runtime import cupy
-    return cupy()
-
-
 def wht_f32(x):
     """What the kernel computes, in numpy float32: butterfly passes h = 1, 2, 4, ... each
     (a, b) -> (a + b, a - b), then one multiply by float32(1 / float32(sqrt(n))). Every step
