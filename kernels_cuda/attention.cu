@@ -26,7 +26,7 @@
 // (31 shuffles for 32 slots instead of 5 per value), base-2 online softmax, P*V with each
 // dequantized V value again used for all n_rep heads. The NWARP warp states merge in shared
 // memory at the end.
-// combine: grid (nh, nb), block hd.
+// combine: grid (nh, nb), block COMBINE_NT = 512 (splits spread over the block; see the kernel).
 //
 // Bytes the partials must move (one row; nb rows share them through L2), T visible tokens:
 //   q8:     K+V int8 2*T*nkv*hd  +  scales 2*T*nkv*(hd/32)*2  (hd 256: 544 B per token per kv head)
@@ -234,6 +234,12 @@ template <int KIND> __host__ __device__ constexpr int tile_tokens() {
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
   for (int o = 16; o; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
 }
 
@@ -526,69 +532,119 @@ ATTN_PARTIALS(bf16_turbo4, KBF16, KT4)
 ATTN_PARTIALS(bf16_turbo3, KBF16, KT3)
 ATTN_PARTIALS(bf16_turbo2, KBF16, KT2)
 
-// combine: grid (nh, nb), block hd (runtime, <= 1024; a power of two when inverse_wht).
-// m, l [nb, S, nh]; o [nb, S, nh, hd]; gate [nb, nh, hd] or null; out [nb, nh, hd];
-// lse [nb, nh] or null. Every sum runs in split order, so the result is deterministic.
-extern "C" __global__ void attn_combine(
+// combine: grid (nh, nb), block COMBINE_NT threads; hd a multiple of 32 in 32..1024 (a power of
+// two when inverse_wht). m, l [nb, S, nh]; o [nb, S, nh, hd] (16-byte aligned); gate [nb, nh, hd]
+// or null; out [nb, nh, hd]; lse [nb, nh] or null.
+//
+// Latency, not bytes, sets its time: S * hd * 4 bytes per (row, head), from L2 (66 KB at S 66,
+// hd 256). So the splits are spread over the block: thread (g, v) owns float4 v of hd and the
+// splits i = g, g + ngrp, g + 2 ngrp, ... (ngrp = COMBINE_NT / (hd/4): 8 at hd 256), and issues
+// COMBINE_UNR of them before anything else, so for S <= COMBINE_UNR * ngrp (128 at hd 256) all
+// of o, m and l are in flight at once: one L2 round trip, then two block reductions. The ngrp
+// partial sums meet in shared memory. Measured (ncu, H200, S 66, hd 256, 24 CTAs): 11.6 us for
+// the first version (one thread per dim walking all S splits), 5.8 us with 256 threads and 8
+// loads in flight; TUNING.md has this version's figure.
+// Deterministic: every sum has a fixed order (each group in split order, then the groups in
+// order; L as a fixed tree). Splits of weight 0 (empty: m = -inf) add nothing, whatever their o.
+#define COMBINE_NT 512
+#define COMBINE_UNR 16
+extern "C" __global__ void __launch_bounds__(COMBINE_NT) attn_combine(
     const float* __restrict__ m, const float* __restrict__ l, const float* __restrict__ o, int S,
-    const float* __restrict__ gate, int inverse_wht, float* __restrict__ out,
+    int hd, const float* __restrict__ gate, int inverse_wht, float* __restrict__ out,
     float* __restrict__ lse) {
-  const int h = blockIdx.x, b = blockIdx.y, nh = gridDim.x;
-  const int d = threadIdx.x, hd = blockDim.x;
-  __shared__ float s_w[1024];                // 2^(m_i - M) per split (S <= 1024, wrapper checks)
-  __shared__ float s_red[32];
-  __shared__ __align__(16) float s_x[1024];
+  const int h = blockIdx.x, b = blockIdx.y, nh = gridDim.x, tid = threadIdx.x;
+  __shared__ float s_w[1024];                // m_i, then 2^(m_i - M) (S <= 1024, wrapper checks)
+  __shared__ float s_l[1024];
+  __shared__ float s_red[COMBINE_NT / 32];
+  __shared__ __align__(16) float s_acc[4 * COMBINE_NT];   // ngrp * hd partial sums
+  __shared__ __align__(16) float s_x[1024];               // the output row (WHT in place)
 
+  const int nv = hd >> 2, ngrp = COMBINE_NT / nv;
+  const int g = tid / nv, v = tid % nv;
+  const bool active = g < ngrp;
+  const size_t split_stride = (size_t)nh * nv;             // float4s from split i to i + 1
+  const float4* ob = reinterpret_cast<const float4*>(o + ((size_t)b * S * nh + h) * hd) + v;
+
+  // first batch of o: independent of the weights, so it is in flight during the reductions
+  float4 ov[COMBINE_UNR];
+#pragma unroll
+  for (int k = 0; k < COMBINE_UNR; ++k) {
+    const int i = g + k * ngrp;
+    ov[k] = (active && i < S) ? ob[(size_t)i * split_stride] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+
+  // M = max m_i; w_i = 2^(m_i - M); L = sum w_i l_i
   const float* mb = m + (size_t)b * S * nh + h;
   const float* lb = l + (size_t)b * S * nh + h;
   float mx = -inf_f();
-  for (int i = d; i < S; i += hd) mx = fmaxf(mx, mb[(size_t)i * nh]);
+  for (int i = tid; i < S; i += COMBINE_NT) {
+    const float mi = mb[(size_t)i * nh];
+    s_w[i] = mi;
+    s_l[i] = lb[(size_t)i * nh];
+    mx = fmaxf(mx, mi);
+  }
   mx = warp_max(mx);
-  if (d % 32 == 0) s_red[d / 32] = mx;
+  if (tid % 32 == 0) s_red[tid / 32] = mx;
   __syncthreads();
   float M = -inf_f();
-  for (int w = 0; w < (hd + 31) / 32; ++w) M = fmaxf(M, s_red[w]);
-  for (int i = d; i < S; i += hd) {
-    const float mi = mb[(size_t)i * nh];
-    s_w[i] = (mi == -inf_f() || M == -inf_f()) ? 0.f : exp2f(mi - M);
+#pragma unroll
+  for (int w = 0; w < COMBINE_NT / 32; ++w) M = fmaxf(M, s_red[w]);
+  __syncthreads();                           // s_red is reused for L
+  float lp = 0.f;
+  for (int i = tid; i < S; i += COMBINE_NT) {
+    const float mi = s_w[i];
+    const float w = (mi == -inf_f() || M == -inf_f()) ? 0.f : exp2f(mi - M);
+    s_w[i] = w;
+    lp = fmaf(w, s_l[i], lp);
   }
+  lp = warp_sum(lp);
+  if (tid % 32 == 0) s_red[tid / 32] = lp;
   __syncthreads();
-  float L = 0.f, acc = 0.f;
-  const float* ob = o + ((size_t)b * S * nh + h) * hd + d;
-  // 8 splits' loads in flight per thread, then the FMAs in split order (same sums as a plain
-  // loop: deterministic, and the latency of S dependent loads is paid S/8 times)
-  int i = 0;
-  for (; i + 8 <= S; i += 8) {
-    float wv[8], lv[8], ov[8];
+  float L = 0.f;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      wv[k] = s_w[i + k];
-      lv[k] = lb[(size_t)(i + k) * nh];
-      ov[k] = ob[(size_t)(i + k) * nh * hd];
-    }
+  for (int w = 0; w < COMBINE_NT / 32; ++w) L += s_red[w];
+
+  // o: this thread's splits, COMBINE_UNR loads in flight at a time
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i0 = g; active; i0 += COMBINE_UNR * ngrp) {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      L = fmaf(wv[k], lv[k], L);
-      acc = fmaf(wv[k], ov[k], acc);
+    for (int k = 0; k < COMBINE_UNR; ++k) {
+      const int i = i0 + k * ngrp;
+      const float w = i < S ? s_w[i] : 0.f;
+      if (w != 0.f) {
+        acc.x = fmaf(w, ov[k].x, acc.x);
+        acc.y = fmaf(w, ov[k].y, acc.y);
+        acc.z = fmaf(w, ov[k].z, acc.z);
+        acc.w = fmaf(w, ov[k].w, acc.w);
+      }
+    }
+    const int next = i0 + COMBINE_UNR * ngrp;
+    if (next >= S) break;
+#pragma unroll
+    for (int k = 0; k < COMBINE_UNR; ++k) {
+      const int i = next + k * ngrp;
+      ov[k] = i < S ? ob[(size_t)i * split_stride] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
-  for (; i < S; ++i) {
-    const float w = s_w[i];
-    L = fmaf(w, lb[(size_t)i * nh], L);
-    acc = fmaf(w, ob[(size_t)i * nh * hd], acc);
+  if (active) reinterpret_cast<float4*>(s_acc)[g * nv + v] = acc;
+  __syncthreads();
+
+  for (int d = tid; d < hd; d += COMBINE_NT) {
+    float y = 0.f;
+    for (int gg = 0; gg < ngrp; ++gg) y += s_acc[gg * hd + d];
+    s_x[d] = L > 0.f ? y / L : 0.f;
   }
-  float y = L > 0.f ? acc / L : 0.f;
-  if (lse != nullptr && d == 0) lse[(size_t)b * nh + h] = M + log2f(L);
-  if (inverse_wht) {
-    s_x[d] = y;
-    block_wht(s_x, 1, hd);
-    y = s_x[d];
+  if (lse != nullptr && tid == 0) lse[(size_t)b * nh + h] = M + log2f(L);
+  if (inverse_wht) block_wht(s_x, 1, hd);   // starts and ends with a barrier
+  else __syncthreads();
+  for (int d = tid; d < hd; d += COMBINE_NT) {
+    float y = s_x[d];
+    if (gate != nullptr) {
+      const float gv = gate[((size_t)b * nh + h) * hd + d];
+      y = y * (1.f / (1.f + expf(-gv)));
+    }
+    out[((size_t)b * nh + h) * hd + d] = y;
   }
-  if (gate != nullptr) {
-    const float gv = gate[((size_t)b * nh + h) * hd + d];
-    y = y * (1.f / (1.f + expf(-gv)));
-  }
-  out[((size_t)b * nh + h) * hd + d] = y;
 }
 
 // =============================================================================================
@@ -764,7 +820,8 @@ template <int NT8>
 __device__ __forceinline__ void partials_q8_mma(
     const float* __restrict__ q, const signed char* __restrict__ kq,
     const __half* __restrict__ kd, const signed char* __restrict__ vq,
-    const __half* __restrict__ vd, int max_t, int base_pos, int nb, float qscale,
+    const __half* __restrict__ vd, int max_t, int base_pos, int nb,
+    const int* __restrict__ sel_idx, const int* __restrict__ sel_n, int sel_w, float qscale,
     float* __restrict__ m_out, float* __restrict__ l_out, float* __restrict__ o_out) {
   using L = Lay<NT8>;
   constexpr int NCOL = L::NCOL;
@@ -789,11 +846,18 @@ __device__ __forceinline__ void partials_q8_mma(
   const int gid = lane >> 2, tig = lane & 3;
   const int ncv = nb * NREP;                   // valid columns
 
+  // A selective row (nb == 1, the wrapper checks; sel_n[0] > 0) sees the n_vis = min(sel_n[0],
+  // sel_w) tokens sel_idx[0, p]: below, t is a position in that list and the token read is
+  // sel[t]. A dense row (no list, or sel_n[0] == 0) sees positions = tokens 0 .. base_pos + b.
+  const int n_sel = sel_n != nullptr ? min(sel_n[0], sel_w) : 0;
+  const int* sel = n_sel > 0 ? sel_idx : nullptr;
+  auto row_len = [&](int b) { return sel != nullptr ? n_sel : base_pos + b + 1; };
+
   // ---- per-row split ranges and their union -------------------------------------------------
   int L0 = 0x7fffffff, L1 = 0;
   for (int b = 0; b < nb; ++b) {
     int lo, hi;
-    split_range(base_pos + b + 1, S, split, lo, hi);
+    split_range(row_len(b), S, split, lo, hi);
     if (lo < hi) { L0 = min(L0, lo); L1 = max(L1, hi); }
   }
   if (L0 >= L1) {                              // every row's split is empty (golden: -inf, 0, 0)
@@ -830,7 +894,8 @@ __device__ __forceinline__ void partials_q8_mma(
     for (int i = 0; i < BT / TSTEP; ++i) {
       const int t = t0 + ltok0 + i * TSTEP;
       const bool ok = t < L1;
-      const size_t off = (size_t)(ok ? t : L0) * HD;
+      const int pos = ok ? t : L0;
+      const size_t off = (size_t)(sel != nullptr ? sel[pos] : pos) * HD;
       const unsigned dst = (buf * BT + i * TSTEP) * HD;
       cp_async16(sK_t + dst, kq_t + off, ok);
       cp_async16(sV_t + dst, vq_t + off, ok);
@@ -838,7 +903,8 @@ __device__ __forceinline__ void partials_q8_mma(
     if (tid < BT) {
       const int t = t0 + tid;
       const bool ok = t < L1;
-      const size_t off = (size_t)(ok ? t : L0) * NG;
+      const int pos = ok ? t : L0;
+      const size_t off = (size_t)(sel != nullptr ? sel[pos] : pos) * NG;
       const unsigned dst = buf * BT * NG * 2;
       if constexpr (NG == 8) {
         cp_async16(sDk_t + dst, kd_t + off, ok);
@@ -907,7 +973,7 @@ __device__ __forceinline__ void partials_q8_mma(
     for (int j = 0; j < 2; ++j) {
       const int c = n8 * 8 + 2 * tig + j;
       int lo = 0, hi = 0;
-      if (c < ncv) split_range(base_pos + c / NREP + 1, S, split, lo, hi);
+      if (c < ncv) split_range(row_len(c / NREP), S, split, lo, hi);
       clo[n8][j] = lo;
       chi[n8][j] = hi;
       mrun[n8][j] = -inf_f();
@@ -1113,10 +1179,10 @@ __device__ __forceinline__ void partials_q8_mma(
 #define ATTN_PARTIALS_MMA(NT8)                                                                 \
   extern "C" __global__ void __launch_bounds__(mma_attn::Cfg<NT8>::NT, 1) attn_partials_q8_mma_n##NT8(   \
       const float* q, const signed char* kq, const __half* kd, const signed char* vq,          \
-      const __half* vd, int max_t, int base_pos, int nb, float qscale, float* m_out,           \
-      float* l_out, float* o_out) {                                                            \
-    mma_attn::partials_q8_mma<NT8>(q, kq, kd, vq, vd, max_t, base_pos, nb, qscale, m_out,      \
-                                   l_out, o_out);                                              \
+      const __half* vd, int max_t, int base_pos, int nb, const int* sel_idx, const int* sel_n, \
+      int sel_w, float qscale, float* m_out, float* l_out, float* o_out) {                     \
+    mma_attn::partials_q8_mma<NT8>(q, kq, kd, vq, vd, max_t, base_pos, nb, sel_idx, sel_n,     \
+                                   sel_w, qscale, m_out, l_out, o_out);                        \
   }
 ATTN_PARTIALS_MMA(1)
 ATTN_PARTIALS_MMA(2)

@@ -273,23 +273,29 @@ def test_sparse_v_drops_a_subset_of_golden(cp, gpu, rng, kind):
         assert np.abs(got - dense).max() > 5e-4 * scale, "sparse_v dropped (almost) nothing"
 
 
-@pytest.mark.parametrize("hd", [64, 256])
-def test_combine_lse_inverse_wht_gate(cp, gpu, rng, hd):
+# The combine kernel spreads the splits over COMBINE_NT = 512 threads: ngrp = 2048 / hd groups
+# of hd/4 threads, each group taking every ngrp-th split, COMBINE_UNR = 16 loads at a time. The
+# shapes cover one batch (S 5), several batches (S > 16 * ngrp: 300 at hd 256, 1000 at hd 64),
+# idle threads (hd 96: 21 groups of 24 = 504 threads), two groups (hd 1024) and S = 1.
+@pytest.mark.parametrize("hd,S", [(64, 5), (64, 1000), (96, 67), (256, 5), (256, 300),
+                                  (1024, 40), (128, 1)])
+def test_combine_lse_inverse_wht_gate(cp, gpu, rng, hd, S):
     """attn_combine alone: golden combine (+ lse2), then inverse WHT, then the gate; empty splits
-    (m = -inf, l = 0, o = 0) add nothing."""
-    nb, S, nh = 3, 5, 4
+    (m = -inf, l = 0) add nothing, even when their o holds NaN."""
+    nb, nh = 3, 4
     m = (rng.standard_normal((nb, S, nh)) * 4).astype(np.float32)
     l = rng.uniform(1, 30, (nb, S, nh)).astype(np.float32)
     o = (rng.standard_normal((nb, S, nh, hd)) * 10).astype(np.float32)
-    m[:, -1] = -np.inf
-    l[:, -1] = 0
-    o[:, -1] = 0
+    if S > 1:
+        for e in {S - 1, S // 2}:                                # empty splits, poisoned o
+            m[:, e], l[:, e], o[:, e] = -np.inf, 0, np.nan
     gate = (rng.standard_normal((nb, nh, hd)) * 3).astype(np.float32)
-    for inverse in (False, True):
+    o_ref = np.nan_to_num(o, nan=0.0)                            # golden: empty adds nothing
+    for inverse in ((False, True) if hd & (hd - 1) == 0 else (False,)):
         ref = np.empty((nb, nh, hd), np.float32)
         ref_lse = np.empty((nb, nh), np.float32)
         for b in range(nb):
-            y, ref_lse[b] = golden.attn_combine(m[b], l[b], o[b])
+            y, ref_lse[b] = golden.attn_combine(m[b], l[b], o_ref[b])
             ref[b] = golden.output_gate(golden.wht(y, inverse=True) if inverse else y, gate[b])
         out, lse = gpu.attn_combine(cp.asarray(m), cp.asarray(l), cp.asarray(o),
                                     inverse_wht=inverse, gate=cp.asarray(gate),
@@ -355,3 +361,14 @@ def test_argument_checks(cp, gpu, rng):
         gpu.decode_attention(q, cache, 0, gate=cp.zeros((2, 4, 32), cp.float32))
     with pytest.raises(ValueError, match="out"):
         gpu.decode_attention(q, cache, 0, out=cp.zeros((2, 4, 65), cp.float32))
+
+
+def test_combine_rejects_misaligned_o(cp, gpu):
+    """The combine reads o as float4: a contiguous view that starts 4 bytes into its buffer is
+    refused with an error naming o, not read misaligned."""
+    nb, S, nh, hd = 1, 2, 2, 64
+    flat = cp.zeros(nb * S * nh * hd + 1, cp.float32)
+    o = flat[1:].reshape(nb, S, nh, hd)
+    m, l = cp.zeros((nb, S, nh), cp.float32), cp.ones((nb, S, nh), cp.float32)
+    with pytest.raises(ValueError, match="o must be 16-byte aligned"):
+        gpu.attn_combine(m, l, o)

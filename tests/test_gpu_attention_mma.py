@@ -155,6 +155,77 @@ def test_mma_auto_splits(cp, gpu, rng, hd, n_rep, nb):
     check(cp, out, rout, "out", bound=routa)
 
 
+def selection(rng, T, n_blocks, R):
+    """An ascending token list like QSA's for the row that sees T tokens: n_blocks - 1 random
+    whole blocks of R tokens among the complete blocks before the last, the last complete
+    block, and the tail after it (T - nc * R tokens)."""
+    nc = T // R
+    picked = np.sort(rng.choice(nc - 1, size=n_blocks - 1, replace=False))
+    blocks = np.append(picked, nc - 1)
+    idx = (blocks[:, None] * R + np.arange(R)).ravel()
+    return np.concatenate([idx, np.arange(nc * R, T)]).astype(np.int32)
+
+
+# (T, R, blocks kept, W extra columns, S): one block + a 12-token tail (one split, a partial
+# 64-token pipeline block), lists that span several splits and pipeline blocks, R = 16
+# (pipeline blocks that straddle gaps; no tail), and sel_n larger than W (clipped to W).
+SEL_CASES = [(300, 32, 1, 0, 1), (2000, 64, 8, 3, 4), (2000, 16, 40, 0, 7),
+             (5000, 64, 31, 0, 33), (3000, 32, 12, 0, 5)]
+
+
+@pytest.mark.parametrize("hd,n_rep", [(256, 6), (128, 2)])
+@pytest.mark.parametrize("T,R,nbk,extra,S", SEL_CASES,
+                         ids=[f"T{c[0]}-R{c[1]}-k{c[2]}-S{c[4]}" for c in SEL_CASES])
+def test_mma_selective_row(cp, gpu, rng, hd, n_rep, T, R, nbk, extra, S):
+    """One selective row (nb = 1) through the tensor-core kernel: golden partials over the
+    listed tokens, the same split count; v1 on the same list agrees."""
+    cfg = make_cfg(hd, n_rep)
+    nh = cfg.nh
+    gc, cache = make_cache(gpu, cfg, T, rng)
+    idx = selection(rng, T, nbk, R)
+    sel_n = np.array([len(idx)], np.int32)
+    if extra:             # `extra` more tokens listed and sel_n past W: the row sees all W
+        more = np.setdiff1d(np.arange(T), idx)[:extra]
+        idx = np.sort(np.concatenate([idx, more])).astype(np.int32)
+        sel_n[0] = len(idx) + 5
+    sel_idx = idx[None].copy()                                # W = len(idx)
+    q = make_q(cfg, 1, rng, head_scales=True)
+    K, V = gc.keys(T)[:, idx], gc.values(T)[:, idx]
+    rm, rl, ro = golden.attn_partials(q[0], K, V, S)
+    _, _, roa = golden.attn_partials(q[0], K, np.abs(V), S)
+    rout, _ = golden.attn_combine(rm, rl, ro)
+    routa, _ = golden.attn_combine(rm, rl, roa)
+
+    m, l, o = poisoned(cp, (1, S, nh)), poisoned(cp, (1, S, nh)), poisoned(cp, (1, S, nh, hd))
+    si, sn = cp.asarray(sel_idx), cp.asarray(sel_n)
+    gpu.attn_partials(cp.asarray(q), cache, T - 1, S, sel_idx=si, sel_n=sn,
+                      m_out=m, l_out=l, o_out=o)
+    assert gpu_attention.LAST_IMPL == "mma"
+    check(cp, m, rm[None], "m")
+    check(cp, l, rl[None], "l")
+    check(cp, o, ro[None], "o", bound=roa[None])
+    out = gpu.decode_attention(cp.asarray(q), cache, T - 1, n_splits=S, sel_idx=si, sel_n=sn)
+    check(cp, out, rout[None], "out", bound=routa[None])
+    v1 = gpu.decode_attention(cp.asarray(q), cache, T - 1, n_splits=S, sel_idx=si, sel_n=sn,
+                              impl="v1")
+    assert gpu_attention.LAST_IMPL == "v1"
+    check(cp, out, cp.asnumpy(v1), "mma vs v1", bound=routa[None])
+
+
+def test_mma_selective_row_dense_fallback(cp, gpu, rng):
+    """sel_n[0] = 0 means a dense row (all base_pos + 1 tokens), on the mma path too."""
+    cfg = make_cfg(256, 6)
+    T = 700
+    gc, cache = make_cache(gpu, cfg, T, rng)
+    q = make_q(cfg, 1, rng)
+    *_, rout, routa = reference(gc, q, T - 1, 3)
+    sel_idx = cp.full((1, 64), -1, cp.int32)
+    out = gpu.decode_attention(cp.asarray(q), cache, T - 1, n_splits=3, sel_idx=sel_idx,
+                               sel_n=cp.zeros(1, cp.int32))
+    assert gpu_attention.LAST_IMPL == "mma"
+    check(cp, out, rout, "out", bound=routa)
+
+
 def test_mma_matches_v1(cp, gpu, rng):
     """The two implementations agree on the 27B head shape (4 kv heads, n_rep 6, hd 256)."""
     cfg = make_cfg(256, 6, nkv=4)
@@ -168,7 +239,8 @@ def test_mma_matches_v1(cp, gpu, rng):
 
 
 def test_impl_choice(cp, gpu, rng):
-    """mma exactly where it applies (q8/q8, hd 128/256, dense, no sparse V, nb*n_rep <= 32);
+    """mma exactly where it applies (q8/q8, hd 128/256, dense or one selective row, no sparse V,
+    nb*n_rep <= 32);
     impl='v1' forces v1; impl='mma' where it does not apply is an error."""
     cfg = make_cfg(128, 6)
     gc, cache = make_cache(gpu, cfg, 200, rng)
@@ -181,6 +253,7 @@ def test_impl_choice(cp, gpu, rng):
     assert run(q[:2], sparse_v=1e-3) == "v1"
     sel_idx = cp.asarray(np.tile(np.arange(8, dtype=np.int32), (2, 1)))
     assert run(q[:2], sel_idx=sel_idx, sel_n=cp.asarray(np.array([0, 8], np.int32))) == "v1"
+    assert run(q[:1], sel_idx=sel_idx[:1], sel_n=cp.asarray(np.array([8], np.int32))) == "mma"
     with pytest.raises(ValueError, match="impl"):
         run(q, impl="mma")
     with pytest.raises(ValueError, match="impl"):

@@ -17,7 +17,8 @@ golden.attn_partials on the same row with the same n_splits.
 
 Two implementations of the partials (impl= on attn_partials / decode_attention): "mma", tensor
 cores, one CTA per (kv head, split) for all rows — chosen by default for q8/q8 caches with
-head_dim 128/256, dense rows, no sparse V and nb * n_rep <= 32 — and "v1", float32 CUDA cores,
+head_dim 128/256, dense rows (or one selective row), no sparse V and nb * n_rep <= 32 — and
+"v1", float32 CUDA cores,
 for everything else (and forced by impl="v1" or DEFAULT_IMPL = "v1"). The mma path rounds each
 weight p * d_v to fp16, so its output differs from golden by at most 2^-11 * sum_t p_t |v_t|
 (tests/test_gpu_attention_mma.py derives it); v1 stays at float32 rounding.
@@ -48,12 +49,13 @@ MAX_SPLITS = 1024               # the combine keeps one weight per split in shar
 CHUNK = 32                      # split bounds are whole 32-token chunks (golden)
 LOG2E = 1.0 / math.log(2.0)
 _NWARP = 4                      # ATTN_NWARP in the .cu (threads per partials CTA = 128)
+_COMBINE_NT = 512               # COMBINE_NT in the .cu (threads per combine CTA)
 _DEFAULT_SHAPE = (256, 6)       # the .cu's ATTN_HD, ATTN_NREP defaults: no -D options needed
 _SMEM_LIMIT = 48 * 1024         # the warp-merge buffer is static shared memory
 _NULL = np.uint64(0)            # CuPy passes None as 0xffffffff, not NULL
 
 IMPLS = ("v1", "mma")           # partials implementations (impl= argument; None = choose)
-MMA_HEAD_DIMS = (128, 256)      # attn_partials_q8_mma_n<NT8>: q8/q8, dense rows, no sparse V
+MMA_HEAD_DIMS = (128, 256)      # attn_partials_q8_mma_n<NT8>: q8/q8, no sparse V, dense / nb 1
 MMA_MAX_COLS = 32               # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
 LAST_IMPL = None                # the implementation the last attn_partials call launched (tests)
 # What impl=None means: None = choose_impl's rule (mma where it applies); "v1" switches the
@@ -200,9 +202,10 @@ def _mma_smem_bytes(hd, nt8):
 
 
 def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
-    """"mma" (tensor cores) for q8/q8 caches with hd 128/256, dense rows (sel_n None), no sparse V
-    and nb * n_rep <= 32; "v1" otherwise. impl="v1" forces v1; impl="mma" raises ValueError where
-    the mma kernel does not apply."""
+    """"mma" (tensor cores) for q8/q8 caches with hd 128/256, no sparse V, nb * n_rep <= 32, and
+    dense rows or a single selective row (sel_n given, nb = 1: its token list is read through
+    sel_idx); "v1" otherwise. impl="v1" forces v1; impl="mma" raises ValueError where the mma
+    kernel does not apply."""
     if impl not in (None,) + IMPLS:
         raise ValueError(f"impl must be None or one of {IMPLS}, got {impl!r}")
     if impl is None:
@@ -217,8 +220,8 @@ def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
         why = f"head_dim {cfg.head_dim} not in {MMA_HEAD_DIMS}"
     elif nb * cfg.n_rep > MMA_MAX_COLS:
         why = f"nb * n_rep = {nb * cfg.n_rep} > {MMA_MAX_COLS}"
-    elif sel_n is not None:
-        why = "selective rows (sel_n given) use v1"
+    elif sel_n is not None and nb > 1:
+        why = "selective rows (sel_n given) take the mma kernel only for nb = 1"
     elif sparse_v > 0.0:
         why = "sparse_v > 0 uses v1"
     if why is None:
@@ -270,7 +273,7 @@ def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None,
     or auto_n_splits. sparse_v > 0 drops from o a subset of the tokens golden drops (the .cu
     header states the bound). Returns (m [nb, S, nh] (-inf for empty splits), l [nb, S, nh],
     o [nb, S, nh, hd]), float32; m_out / l_out / o_out are used when given (graph capture).
-    impl: None picks choose_impl(...) ("mma" = tensor cores for q8/q8 dense, else "v1");
+    impl: None picks choose_impl(...) ("mma" = tensor cores for q8/q8 dense or nb 1, else "v1");
     "v1" forces the CUDA-core kernel. The mma path rounds p * d_v to fp16 (the .cu says by how
     much); its automatic split count is mma_n_splits.
     """
@@ -303,8 +306,9 @@ def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None,
     LAST_IMPL = which
     if which == "mma":
         kern((nkv, S), (threads,),
-             (q, kd, ks, vd, vs, np.int32(max_t), np.int32(base_pos), np.int32(nb), qscale,
-              m, l, o), shared_mem=smem)
+             (q, kd, ks, vd, vs, np.int32(max_t), np.int32(base_pos), np.int32(nb),
+              sel_idx if sel_idx is not None else _NULL, sel_n if sel_n is not None else _NULL,
+              np.int32(width), qscale, m, l, o), shared_mem=smem)
         return m, l, o
     kern((nb, nkv, S), (32 * _NWARP,),
          (q, kd, ks if ks is not None else _NULL, vd, vs if vs is not None else _NULL,
@@ -332,10 +336,12 @@ def _combine(m, l, o, inverse_wht, gate, out, lse_out):
     out = out_array("out", out, (nb, nh, hd), np.float32)
     if lse_out is not None:
         check_array("lse_out", lse_out, np.float32, (nb, nh))
+    if o.data.ptr % 16:
+        raise ValueError("o must be 16-byte aligned (the combine reads it as float4)")
     kernel("attention", "attn_combine")(
-        (nh, nb), (hd,),
-        (m, l, o, np.int32(S), gate if gate is not None else _NULL, np.int32(bool(inverse_wht)),
-         out, lse_out if lse_out is not None else _NULL))
+        (nh, nb), (_COMBINE_NT,),
+        (m, l, o, np.int32(S), np.int32(hd), gate if gate is not None else _NULL,
+         np.int32(bool(inverse_wht)), out, lse_out if lse_out is not None else _NULL))
     return out
 
 
@@ -361,7 +367,7 @@ def decode_attention(q, cache, base_pos, gate=None, n_splits=None, sparse_v=0.0,
 
     q: cupy float32 [nb, nh, hd] (unrotated); gate: optional float32 [nb, nh, hd]; partials:
     optional (m, l, o) buffers for attn_partials (graph capture: no allocation inside).
-    impl: None (choose: "mma" for q8/q8 dense hd 128/256 with nb * n_rep <= 32, else "v1"),
+    impl: None (choose: "mma" for q8/q8 hd 128/256 with nb * n_rep <= 32, dense or nb 1, else "v1"),
     "v1" or "mma" (attn_partials). Returns out float32 [nb, nh, hd].
     """
     _check_cache(cache)
