@@ -222,11 +222,17 @@ extern "C" __global__ void __launch_bounds__(SEL_THREADS) indexer_select(
     for (int shift = 24; shift >= 0; shift -= 8) {
       for (int p = tid; p < 256; p += blockDim.x) s_hist[p] = 0u;
       __syncthreads();
+      // Warp-aggregated: lanes with the same digit add once (__match_any). Scores of one row
+      // mostly share their top byte (sign + exponent), so plain per-key atomics all hit one
+      // bin and serialise: ncu measured this kernel at 12 us for 2048 blocks before.
 #pragma unroll
       for (int i = 0; i < SEL_ITEMS; ++i) {
         const int j = j_lo + i;
-        if (i < items && j < ncand && (key[i] & pmask) == prefix)
-          atomicAdd(&s_hist[(key[i] >> shift) & 255u], 1u);
+        if (i >= items) break;                   // block-uniform
+        const bool in = j < ncand && (key[i] & pmask) == prefix;
+        const unsigned dgt = in ? (key[i] >> shift) & 255u : 256u;
+        const unsigned peers = __match_any_sync(0xffffffffu, dgt);
+        if (in && (tid & 31) == __ffs(peers) - 1) atomicAdd(&s_hist[dgt], __popc(peers));
       }
       __syncthreads();
       if (tid < 32) {                          // warp 0: lane L holds digits 255-8L .. 248-8L
