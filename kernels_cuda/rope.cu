@@ -143,11 +143,11 @@ extern "C" __global__ void qk_norm_rope(const float* qg, const float* k,
 // hd <= 128·NV and 16-byte aligned qg, k, q_out, k_out (the wrapper checks; else
 // qk_norm_rope above). Shared memory: (rd/2 + W·2·rd) floats.
 template <int NV, int HPW>
-__device__ __forceinline__ void qk_item_load(float4 (&x)[HPW][NV], long long it, int ipt,
+__device__ __forceinline__ void qk_item_load(float4 (&x)[HPW][NV], int it, int ipt,
                                              const float* qg, const float* k, int nh, int nkv,
                                              int hd, int lane) {
     const long long b = it / ipt;
-    const int h0 = (int)(it - b * ipt) * HPW, H = nh + nkv;
+    const int h0 = (it - (int)b * ipt) * HPW, H = nh + nkv;
 #pragma unroll
     for (int kk = 0; kk < HPW; ++kk) {
         const int h = h0 + kk;
@@ -188,22 +188,32 @@ __device__ __forceinline__ void qk_norm_rope_pipe(const float* qg, const float* 
         }
     }
     __syncthreads();                                           // f_tab complete
-    const long long items = (long long)nb * ipt;
-    const long long stride = (long long)gridDim.x * W;
-    long long it = (long long)blockIdx.x * W + w;
+    // Each warp takes a contiguous run of items (the wrapper keeps nb * ipt < 2^31), so
+    // consecutive items share a token and cos/sin are recomputed only when the token changes:
+    // ~2 sincosf per lane per run instead of one per item (an item is 2 of the 28 heads at
+    // the 27B shape). sincosf's slow path (|a| > ~1e5, positions past 100k) made them the
+    // largest instruction cost here (ncu, TUNING.md).
+    const int items = nb * ipt, n_warps = gridDim.x * W;
+    const int per_warp = (items + n_warps - 1) / n_warps;
+    int it = (blockIdx.x * W + w) * per_warp;
+    const int it_end = min(items, it + per_warp);
+    int b_cs = -1;                                             // token of cs_w / sn_w
     float4 xa[HPW][NV], xb[HPW][NV];
-    if (it < items) qk_item_load<NV, HPW>(xa, it, ipt, qg, k, nh, nkv, hd, lane);
-    for (; it < items; it += stride) {
-        const long long nx = it + stride;
-        if (nx < items) qk_item_load<NV, HPW>(xb, nx, ipt, qg, k, nh, nkv, hd, lane);
-        const long long b = it / ipt;
-        const int h0 = (int)(it - b * ipt) * HPW;
-        const float pf = (float)positions[b];
-        for (int j = lane; j < half; j += 32) {
-            float sn, cs;
-            sincosf(__fmul_rn(pf, f_tab[j]), &sn, &cs);
-            cs_w[j] = cs;
-            sn_w[j] = sn;
+    if (it < it_end) qk_item_load<NV, HPW>(xa, it, ipt, qg, k, nh, nkv, hd, lane);
+    for (; it < it_end; ++it) {
+        if (it + 1 < it_end) qk_item_load<NV, HPW>(xb, it + 1, ipt, qg, k, nh, nkv, hd, lane);
+        const int b = it / ipt;
+        const int h0 = (it - b * ipt) * HPW;
+        if (b != b_cs) {                                       // warp-uniform
+            __syncwarp();                  // the previous token's table is no longer read
+            const float pf = (float)positions[b];
+            for (int j = lane; j < half; j += 32) {
+                float sn, cs;
+                sincosf(__fmul_rn(pf, f_tab[j]), &sn, &cs);
+                cs_w[j] = cs;
+                sn_w[j] = sn;
+            }
+            b_cs = b;
         }
         __syncwarp();
 #pragma unroll
@@ -235,7 +245,8 @@ __device__ __forceinline__ void qk_norm_rope_pipe(const float* qg, const float* 
                 }
             }
             __syncwarp();
-            float* dst = isq ? q_out + (b * nh + h) * hd : k_out + (b * nkv + (h - nh)) * hd;
+            float* dst = isq ? q_out + ((long long)b * nh + h) * hd
+                           : k_out + ((long long)b * nkv + (h - nh)) * hd;
 #pragma unroll
             for (int c = 0; c < NV; ++c) {
                 const int i0 = 4 * lane + 128 * c;

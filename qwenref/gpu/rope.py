@@ -102,7 +102,8 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
     q_out = out_array("q_out", q_out, (nb, nh, hd), np.float32)
     k_out = out_array("k_out", k_out, (nb, nkv, hd), np.float32)
     heads = nb * (nh + nkv)
-    if heads and _pipe_path_ok(hd, qg, k, q_out, k_out):
+    # the pipelined kernel indexes items (token, head pair) with 32-bit ints
+    if heads and heads < 2 ** 31 and _pipe_path_ok(hd, qg, k, q_out, k_out):
         nv, hpw = _PIPE_SHAPES[-(-hd // 128)]
         kern = kernel("rope", f"qk_norm_rope_pipe_v{nv}")
         items = nb * -(-(nh + nkv) // hpw)
