@@ -26,7 +26,7 @@
 // (31 shuffles for 32 slots instead of 5 per value), base-2 online softmax, P*V with each
 // dequantized V value again used for all n_rep heads. The NWARP warp states merge in shared
 // memory at the end.
-// combine: grid (nh, nb), block COMBINE_NT = 512 (splits spread over the block; see the kernel).
+// combine: grid (nh, nb, dim chunks), block COMBINE_NT = 256 (splits spread over the block).
 //
 // Bytes the partials must move (one row; nb rows share them through L2), T visible tokens:
 //   q8:     K+V int8 2*T*nkv*hd  +  scales 2*T*nkv*(hd/32)*2  (hd 256: 544 B per token per kv head)
@@ -532,38 +532,41 @@ ATTN_PARTIALS(bf16_turbo4, KBF16, KT4)
 ATTN_PARTIALS(bf16_turbo3, KBF16, KT3)
 ATTN_PARTIALS(bf16_turbo2, KBF16, KT2)
 
-// combine: grid (nh, nb), block COMBINE_NT threads; hd a multiple of 32 in 32..1024 (a power of
-// two when inverse_wht). m, l [nb, S, nh]; o [nb, S, nh, hd] (16-byte aligned); gate [nb, nh, hd]
-// or null; out [nb, nh, hd]; lse [nb, nh] or null.
+// combine: grid (nh, nb, hd / dc), block COMBINE_NT threads. CTA z combines dims
+// [z*dc, (z+1)*dc) of one (row, head); dc is hd when inverse_wht (the WHT needs the whole row),
+// else 64 (32 when hd % 64 != 0). hd a multiple of 32 in 32..1024, a power of two when
+// inverse_wht. m, l [nb, S, nh]; o [nb, S, nh, hd] (16-byte aligned); gate [nb, nh, hd] or null;
+// out [nb, nh, hd]; lse [nb, nh] or null (written by z = 0).
 //
-// Latency, not bytes, sets its time: S * hd * 4 bytes per (row, head), from L2 (66 KB at S 66,
-// hd 256). So the splits are spread over the block: thread (g, v) owns float4 v of hd and the
-// splits i = g, g + ngrp, g + 2 ngrp, ... (ngrp = COMBINE_NT / (hd/4): 8 at hd 256), and issues
-// COMBINE_UNR of them before anything else, so for S <= COMBINE_UNR * ngrp (128 at hd 256) all
-// of o, m and l are in flight at once: one L2 round trip, then two block reductions. The ngrp
-// partial sums meet in shared memory. Measured (ncu, H200, S 66, hd 256, 24 CTAs): 11.6 us for
-// the first version (one thread per dim walking all S splits), 5.8 us with 256 threads and 8
-// loads in flight; TUNING.md has this version's figure.
+// Work per (row, head) is small (S * hd FMAs, S * hd * 4 bytes from L2: 66 KB at S 66, hd 256)
+// and latency-bound, so it is spread as wide as it goes: over dim chunks (CTAs) and, inside a
+// CTA, over splits: thread (g, v) owns float4 v of the chunk and the splits g, g + ngrp, ...
+// (ngrp = COMBINE_NT / (dc/4): 16 at dc 64), issuing up to COMBINE_UNR of its loads before
+// the m/l reduction so their latency overlaps it. The ngrp partial sums meet in shared memory.
+// History (ncu, H200, S 66, hd 256, nb 1, cold L2): one CTA per (row, head) with one thread per
+// dim walking all splits: 11.6 us; the same CTA with 256 and then 512 threads over splits:
+// 5.8 / 5.2 us (issue-bound on 24 SMs: ~720 instructions per warp); TUNING.md has this one.
 // Deterministic: every sum has a fixed order (each group in split order, then the groups in
 // order; L as a fixed tree). Splits of weight 0 (empty: m = -inf) add nothing, whatever their o.
-#define COMBINE_NT 512
-#define COMBINE_UNR 16
+#define COMBINE_NT 256
+#define COMBINE_UNR 8
 extern "C" __global__ void __launch_bounds__(COMBINE_NT) attn_combine(
     const float* __restrict__ m, const float* __restrict__ l, const float* __restrict__ o, int S,
-    int hd, const float* __restrict__ gate, int inverse_wht, float* __restrict__ out,
+    int hd, int dc, const float* __restrict__ gate, int inverse_wht, float* __restrict__ out,
     float* __restrict__ lse) {
   const int h = blockIdx.x, b = blockIdx.y, nh = gridDim.x, tid = threadIdx.x;
+  const int d0 = blockIdx.z * dc;            // this CTA's first dim
   __shared__ float s_w[1024];                // m_i, then 2^(m_i - M) (S <= 1024, wrapper checks)
   __shared__ float s_l[1024];
   __shared__ float s_red[COMBINE_NT / 32];
-  __shared__ __align__(16) float s_acc[4 * COMBINE_NT];   // ngrp * hd partial sums
-  __shared__ __align__(16) float s_x[1024];               // the output row (WHT in place)
+  __shared__ __align__(16) float s_acc[4 * COMBINE_NT];   // ngrp * dc partial sums
+  __shared__ __align__(16) float s_x[1024];               // the output chunk (WHT in place)
 
-  const int nv = hd >> 2, ngrp = COMBINE_NT / nv;
+  const int nv = dc >> 2, ngrp = COMBINE_NT / nv;
   const int g = tid / nv, v = tid % nv;
   const bool active = g < ngrp;
-  const size_t split_stride = (size_t)nh * nv;             // float4s from split i to i + 1
-  const float4* ob = reinterpret_cast<const float4*>(o + ((size_t)b * S * nh + h) * hd) + v;
+  const size_t split_stride = (size_t)nh * (hd >> 2);      // float4s from split i to i + 1
+  const float4* ob = reinterpret_cast<const float4*>(o + ((size_t)b * S * nh + h) * hd + d0) + v;
 
   // first batch of o: independent of the weights, so it is in flight during the reductions
   float4 ov[COMBINE_UNR];
@@ -629,21 +632,19 @@ extern "C" __global__ void __launch_bounds__(COMBINE_NT) attn_combine(
   if (active) reinterpret_cast<float4*>(s_acc)[g * nv + v] = acc;
   __syncthreads();
 
-  for (int d = tid; d < hd; d += COMBINE_NT) {
+  for (int d = tid; d < dc; d += COMBINE_NT) {
     float y = 0.f;
-    for (int gg = 0; gg < ngrp; ++gg) y += s_acc[gg * hd + d];
+    for (int gg = 0; gg < ngrp; ++gg) y += s_acc[gg * dc + d];
     s_x[d] = L > 0.f ? y / L : 0.f;
   }
-  if (lse != nullptr && tid == 0) lse[(size_t)b * nh + h] = M + log2f(L);
-  if (inverse_wht) block_wht(s_x, 1, hd);   // starts and ends with a barrier
+  if (lse != nullptr && tid == 0 && blockIdx.z == 0) lse[(size_t)b * nh + h] = M + log2f(L);
+  if (inverse_wht) block_wht(s_x, 1, dc);   // dc == hd here; starts and ends with a barrier
   else __syncthreads();
-  for (int d = tid; d < hd; d += COMBINE_NT) {
+  const size_t row = ((size_t)b * nh + h) * hd + d0;
+  for (int d = tid; d < dc; d += COMBINE_NT) {
     float y = s_x[d];
-    if (gate != nullptr) {
-      const float gv = gate[((size_t)b * nh + h) * hd + d];
-      y = y * (1.f / (1.f + expf(-gv)));
-    }
-    out[((size_t)b * nh + h) * hd + d] = y;
+    if (gate != nullptr) y = y * (1.f / (1.f + expf(-gate[row + d])));
+    out[row + d] = y;
   }
 }
 

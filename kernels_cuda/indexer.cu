@@ -13,9 +13,11 @@
 //   indexer_select        per row: dense (sel_n = 0, mask = the nc complete blocks) while
 //                         nc <= kblk; else keep block nc-1 plus the kblk-1 best others (ties:
 //                         lower index) by an MSB-first 8-bit radix select on order-preserving
-//                         uint32 keys (4 histogram passes, integer atomics: deterministic), then
-//                         block prefix scans emit the kept blocks' tokens and the tail ascending.
-//                         grid (nb), block 1024; unused sel_idx entries are -1.
+//                         uint32 keys (up to 4 histogram passes over the bits below those all
+//                         candidates share; integer atomics: deterministic), then block prefix
+//                         scans rank the kept blocks and all threads write their tokens and
+//                         the tail, ascending.
+//                         grid (nb), block 256; unused sel_idx entries are -1.
 //
 // Bytes: scores read nblk*ihd*4 block-key bytes per row (T = 128k, R = 64, ihd = 128: 1 MiB)
 // and write nblk*4; the selection reads the scores and writes kblk*R + R int32 per row. These are
@@ -36,8 +38,8 @@ namespace {
 
 // NVRTC compiles without <math.h>: no infinity macro there
 __device__ __forceinline__ float inf_f() { return __int_as_float(0x7f800000); }
-constexpr int SEL_THREADS = 1024;
-constexpr int SEL_ITEMS = 8;                  // blocks per thread: nblk <= 8192 (wrapper checks)
+constexpr int SEL_THREADS = 256;
+constexpr int SEL_ITEMS = 32;                 // blocks per thread: nblk <= 8192 (wrapper checks)
 constexpr int MAX_IHD = 512;
 
 __device__ __forceinline__ double warp_sum_d(double x) {
@@ -94,7 +96,8 @@ __device__ __forceinline__ unsigned order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Exclusive prefix sum over the block in thread order; *total gets the sum. blockDim = 1024.
+// Exclusive prefix sum over the block in thread order; *total gets the sum (blockDim a multiple
+// of 32, <= 1024).
 __device__ unsigned block_excl_scan(unsigned v, unsigned* s_warp, unsigned* total) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   unsigned incl = v;
@@ -183,13 +186,35 @@ extern "C" __global__ void __launch_bounds__(256) indexer_block_scores(
   if (lane == 0) *dst = float(total * scale);
 }
 
+// Block-wide min and max of unsigned keys (blockDim a multiple of 32, <= 1024); all threads get both.
+__device__ void block_minmax(unsigned& lo, unsigned& hi, unsigned* s_lo, unsigned* s_hi) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+#pragma unroll
+  for (int o = 16; o; o >>= 1) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  if (lane == 0) { s_lo[warp] = lo; s_hi[warp] = hi; }
+  __syncthreads();
+  for (int w = 0; w < nw; ++w) { lo = min(lo, s_lo[w]); hi = max(hi, s_hi[w]); }
+  __syncthreads();
+}
+
 // scores [nb, nblk] -> sel_idx [nb, sel_w] (int32, -1 past sel_n), sel_n [nb], mask [nb, nblk].
+// v2 (ncu, H200, nblk 2048, one row): v1 (1024 threads, 2 keys each, 4 radix passes from bit
+// 31, one thread writing each kept block's R tokens) took 12.1 us, issue- and barrier-bound on
+// its one SM. v2: 256 threads (fewer warps at every barrier), the radix passes start below the
+// bits that every candidate shares (their min and max tell which: a row's scores mostly share
+// sign and exponent, which made pass 1 one hot bin), and all threads write the token list
+// together from a shared list of kept blocks (coalesced). TUNING.md has the new figure.
 extern "C" __global__ void __launch_bounds__(SEL_THREADS) indexer_select(
     const float* __restrict__ scores, int nblk, int base_pos, int R, int kblk, int sel_w,
     int* __restrict__ sel_idx, int* __restrict__ sel_n, unsigned char* __restrict__ mask) {
   __shared__ unsigned s_hist[256];
   __shared__ unsigned s_warp[33];
+  __shared__ unsigned s_lo[SEL_THREADS / 32], s_hi[SEL_THREADS / 32];
   __shared__ unsigned s_prefix, s_remaining;
+  __shared__ int s_kept[SEL_THREADS * SEL_ITEMS];   // kept block ids in ascending order
   const int b = blockIdx.x, tid = threadIdx.x;
   const int t = base_pos + b;
   const int nc = (t + 1) / R;
@@ -208,31 +233,35 @@ extern "C" __global__ void __launch_bounds__(SEL_THREADS) indexer_select(
   const int j_lo = tid * items;
   const int ncand = nc - 1;
   unsigned key[SEL_ITEMS];
+  unsigned kmin = 0xFFFFFFFFu, kmax = 0u;
 #pragma unroll
   for (int i = 0; i < SEL_ITEMS; ++i) {
     const int j = j_lo + i;
-    key[i] = (i < items && j < ncand) ? order_key(scores[(size_t)b * nblk + j]) : 0u;
+    const bool c = i < items && j < ncand;
+    key[i] = c ? order_key(scores[(size_t)b * nblk + j]) : 0u;
+    if (c) { kmin = min(kmin, key[i]); kmax = max(kmax, key[i]); }
   }
 
   // radix select: T = the K-th largest candidate key, take = how many keys == T to keep
   const int K = kblk - 1;
   unsigned T = 0xFFFFFFFFu, take = 0;
   if (K > 0) {
-    unsigned prefix = 0u, pmask = 0u, remaining = (unsigned)K;
-    for (int shift = 24; shift >= 0; shift -= 8) {
+    block_minmax(kmin, kmax, s_lo, s_hi);
+    const unsigned diff = kmin ^ kmax;
+    // bits above `top` are the same in every candidate: start the passes below them
+    const int top = diff ? 31 - __clz(diff) : -1;
+    unsigned pmask = top >= 31 ? 0u : (top < 0 ? 0xFFFFFFFFu : ~((2u << top) - 1u));
+    unsigned prefix = kmin & pmask, remaining = (unsigned)K;
+    for (int shift = top - 7; shift > -8; shift -= 8) {
+      const int sh = shift < 0 ? 0 : shift;    // the last digit may be narrower than 8 bits
+      const unsigned dmask = shift < 0 ? (1u << (shift + 8)) - 1u : 255u;
       for (int p = tid; p < 256; p += blockDim.x) s_hist[p] = 0u;
       __syncthreads();
-      // Warp-aggregated: lanes with the same digit add once (__match_any). Scores of one row
-      // mostly share their top byte (sign + exponent), so plain per-key atomics all hit one
-      // bin and serialise: ncu measured this kernel at 12 us for 2048 blocks before.
 #pragma unroll
       for (int i = 0; i < SEL_ITEMS; ++i) {
         const int j = j_lo + i;
-        if (i >= items) break;                   // block-uniform
-        const bool in = j < ncand && (key[i] & pmask) == prefix;
-        const unsigned dgt = in ? (key[i] >> shift) & 255u : 256u;
-        const unsigned peers = __match_any_sync(0xffffffffu, dgt);
-        if (in && (tid & 31) == __ffs(peers) - 1) atomicAdd(&s_hist[dgt], __popc(peers));
+        if (i < items && j < ncand && (key[i] & pmask) == prefix)
+          atomicAdd(&s_hist[(key[i] >> sh) & dmask], 1u);
       }
       __syncthreads();
       if (tid < 32) {                          // warp 0: lane L holds digits 255-8L .. 248-8L
@@ -251,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(SEL_THREADS) indexer_select(
           for (int i = 0; i < 8; ++i) {
             const unsigned dgt = 255u - 8u * tid - i, h = s_hist[dgt];
             if (cum + h >= remaining) {
-              s_prefix = prefix | (dgt << shift);
+              s_prefix = prefix | (dgt << sh);
               s_remaining = remaining - cum;
               break;
             }
@@ -262,10 +291,10 @@ extern "C" __global__ void __launch_bounds__(SEL_THREADS) indexer_select(
       __syncthreads();
       prefix = s_prefix;
       remaining = s_remaining;
-      pmask |= 255u << shift;
+      pmask |= dmask << sh;
       __syncthreads();
     }
-    T = prefix;
+    T = prefix;                                // every bit decided (or all candidates equal)
     take = remaining;
   }
 
@@ -299,16 +328,17 @@ extern "C" __global__ void __launch_bounds__(SEL_THREADS) indexer_select(
   unsigned kept_total;
   unsigned rank = block_excl_scan(n_keep, s_warp, &kept_total);
 #pragma unroll
-  for (int i = 0; i < SEL_ITEMS; ++i) {
-    if (keep[i]) {
-      const int j = j_lo + i;
-      for (int u = 0; u < R; ++u) idx_row[rank * R + u] = j * R + u;
-      ++rank;
-    }
+  for (int i = 0; i < SEL_ITEMS; ++i)
+    if (keep[i]) s_kept[rank++] = j_lo + i;
+  __syncthreads();
+  // the list: the kept blocks' tokens in order, then the tail [nc*R, t], then -1
+  const int n_blk_tok = (int)kept_total * R;   // kept_total == kblk
+  const int n_vis = n_blk_tok + (t + 1 - nc * R);
+  for (int p = tid; p < sel_w; p += blockDim.x) {
+    int v = -1;
+    if (p < n_blk_tok) v = s_kept[p / R] * R + p % R;
+    else if (p < n_vis) v = nc * R + (p - n_blk_tok);
+    idx_row[p] = v;
   }
-  const int tail = t + 1 - nc * R;
-  const int n_vis = (int)kept_total * R + tail;  // kept_total == kblk
-  for (int p = (int)kept_total * R + tid; p < sel_w; p += blockDim.x)
-    idx_row[p] = p < n_vis ? nc * R + (p - (int)kept_total * R) : -1;
   if (tid == 0) sel_n[b] = n_vis;
 }

@@ -273,10 +273,11 @@ def test_sparse_v_drops_a_subset_of_golden(cp, gpu, rng, kind):
         assert np.abs(got - dense).max() > 5e-4 * scale, "sparse_v dropped (almost) nothing"
 
 
-# The combine kernel spreads the splits over COMBINE_NT = 512 threads: ngrp = 2048 / hd groups
-# of hd/4 threads, each group taking every ngrp-th split, COMBINE_UNR = 16 loads at a time. The
-# shapes cover one batch (S 5), several batches (S > 16 * ngrp: 300 at hd 256, 1000 at hd 64),
-# idle threads (hd 96: 21 groups of 24 = 504 threads), two groups (hd 1024) and S = 1.
+# The combine kernel: CTAs over dim chunks dc (hd with inverse_wht, else 64, or 32 when
+# hd % 64 != 0), and in a CTA of COMBINE_NT = 256 threads, ngrp = 1024 / dc groups of dc/4
+# threads, each group taking every ngrp-th split, COMBINE_UNR = 8 loads at a time. The shapes
+# cover one batch (S 5), several batches (S > 8 * ngrp: 300 at hd 256 with the WHT, 1000 at
+# hd 64), 32-dim chunks (hd 96: 3 CTAs), one group (hd 1024 with the WHT) and S = 1.
 @pytest.mark.parametrize("hd,S", [(64, 5), (64, 1000), (96, 67), (256, 5), (256, 300),
                                   (1024, 40), (128, 1)])
 def test_combine_lse_inverse_wht_gate(cp, gpu, rng, hd, S):

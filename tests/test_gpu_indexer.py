@@ -169,12 +169,13 @@ def test_select_first_selective_row(cp, gpu, rng):
     assert cp.asnumpy(got[1]).tolist() == [0, 0, 32, 33]
 
 
-def test_select_many_blocks(cp, gpu, rng):
-    """kblk = 32 over 1100 block slots (more than one per thread of the 1024-thread kernel),
-    rows crossing a block boundary."""
-    cfg = idx_cfg(R=8, kblk=32, inh=4, ihd=64)
-    max_t, nb = 8 * 1100, 3
-    base_pos = max_t - nb                                      # t = 8797, 8798, 8799: nc 1099, 1099, 1100
+@pytest.mark.parametrize("n_slots,kblk", [(1100, 32), (8192, 300)])
+def test_select_many_blocks(cp, gpu, rng, n_slots, kblk):
+    """kblk = 32 over 1100 block slots (5 per thread of the 256-thread kernel) and kblk = 300
+    over the most the kernel takes (8192 = 32 per thread), rows crossing a block boundary."""
+    cfg = idx_cfg(R=8, kblk=kblk, inh=4, ihd=64)
+    max_t, nb = 8 * n_slots, 3
+    base_pos = max_t - nb                    # t = max_t - 3 .. max_t - 1: the last row completes a block
     cache, bk, q = designed_scores_cache(cp, gpu, cfg, max_t, max_t, nb, rng)
     got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg,
                           **poisoned_outputs(cp, nb, cfg, max_t // 8))

@@ -49,7 +49,7 @@ MAX_SPLITS = 1024               # the combine keeps one weight per split in shar
 CHUNK = 32                      # split bounds are whole 32-token chunks (golden)
 LOG2E = 1.0 / math.log(2.0)
 _NWARP = 4                      # ATTN_NWARP in the .cu (threads per partials CTA = 128)
-_COMBINE_NT = 512               # COMBINE_NT in the .cu (threads per combine CTA)
+_COMBINE_NT = 256               # COMBINE_NT in the .cu (threads per combine CTA)
 _DEFAULT_SHAPE = (256, 6)       # the .cu's ATTN_HD, ATTN_NREP defaults: no -D options needed
 _SMEM_LIMIT = 48 * 1024         # the warp-merge buffer is static shared memory
 _NULL = np.uint64(0)            # CuPy passes None as 0xffffffff, not NULL
@@ -338,9 +338,11 @@ def _combine(m, l, o, inverse_wht, gate, out, lse_out):
         check_array("lse_out", lse_out, np.float32, (nb, nh))
     if o.data.ptr % 16:
         raise ValueError("o must be 16-byte aligned (the combine reads it as float4)")
+    # dims per CTA: the whole row for the inverse WHT, else chunks of 64 (32) over more SMs
+    dc = hd if inverse_wht else (64 if hd % 64 == 0 else 32)
     kernel("attention", "attn_combine")(
-        (nh, nb), (_COMBINE_NT,),
-        (m, l, o, np.int32(S), np.int32(hd), gate if gate is not None else _NULL,
+        (nh, nb, hd // dc), (_COMBINE_NT,),
+        (m, l, o, np.int32(S), np.int32(hd), np.int32(dc), gate if gate is not None else _NULL,
          np.int32(bool(inverse_wht)), out, lse_out if lse_out is not None else _NULL))
     return out
 

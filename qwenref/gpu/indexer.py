@@ -25,7 +25,8 @@ __all__ = ["indexer_queries", "update_block_keys", "block_scores", "select_rows"
            "MAX_BLOCKS", "MAX_IHD"]
 
 MAX_IHD = 512               # MAX_IHD in indexer.cu (the norm/RoPE vector lives in smem)
-MAX_BLOCKS = 1024 * 8       # SEL_THREADS * SEL_ITEMS in indexer.cu
+_SEL_THREADS = 256           # SEL_THREADS in indexer.cu
+MAX_BLOCKS = 256 * 32       # SEL_THREADS * SEL_ITEMS in indexer.cu
 _SCORE_WARPS = 8            # block keys per scoring CTA (256 threads)
 _SMEM_LIMIT = 48 * 1024
 
@@ -188,7 +189,7 @@ def select_rows(q, cache, base_pos, cfg, *, sel_idx_out=None, sel_n_out=None, ma
     if nblk:
         _launch_scores(q, cache.blk_keys, nb, inh, ihd, nblk, base_pos, R, scores)
     kernel("indexer", "indexer_select")(
-        (nb,), (1024,),
+        (nb,), (_SEL_THREADS,),
         (scores, np.int32(nblk), np.int32(base_pos), np.int32(R), np.int32(kblk),
          np.int32(width), sel_idx, sel_n, mask))
     return sel_idx, sel_n, mask
