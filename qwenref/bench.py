@@ -740,6 +740,31 @@ def case_attention(ctx, T, nb, kind, peer=True):
     shape = {"T": T, "nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind}
     ctx.add(make_run("attention", f"decode_attention {kind}", shape, med, nbytes, ctx.copy_gbps,
                      err, TOL_ATTN, iqr_us=iqr, **pk), ref, _host(out))
+    if kind == "q8":
+        _attention_graph_run(ctx, caches, q, base, ref, shape, nbytes)
+
+
+def _attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, calls_per_graph=8):
+    """The same decode as CUDA-graph replays (what a captured decode step runs): a graph of
+    calls_per_graph decodes rotating over the caches, replayed; time per decode = median replay
+    / calls. The gap between the partials and the combine is then a graph's, not the host's
+    queue's. The output after the replays is checked against golden (every cache holds the
+    same tokens)."""
+    from . import gpu
+    from .tune_attention import time_graph
+    cp = ctx.cp
+    m, l, o = gpu.attn_partials(q, caches[0], base)               # buffers at the auto split count
+    out = cp.full(q.shape, cp.nan, cp.float32)
+    n = max(calls_per_graph, len(caches))
+    calls = [lambda c=caches[i % len(caches)]: gpu.decode_attention(q, c, base, out=out,
+                                                                     partials=(m, l, o))
+             for i in range(n)]
+    t, _, mode = time_graph(cp, calls, ctx.batches)
+    if mode != "graph":
+        print(f"  (decode graph capture failed: {mode}; no graph run recorded)")
+        return
+    ctx.add(make_run("attention", f"decode_attention q8 (graph replay, {n} per graph)", shape,
+                     t * 1e6, nbytes, ctx.copy_gbps, rel_err(_host(out), ref), TOL_ATTN))
 
 
 def case_qsa(ctx, T, nb, kind="q8"):
