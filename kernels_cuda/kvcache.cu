@@ -33,7 +33,7 @@
 //                        one per side. q8: 4 lanes per group of 32, 8 values per lane (two
 //                        float4 loads, one 8-byte store of codes, amax by 2 xor-shuffles).
 //                        turbo: the row in registers in wht.cu's layout (hd = N: max(4, N/32)
-//                        values per lane), rotated by wht_regs<N> (copied from wht.cu) and the
+//                        values per lane), rotated by wht_regs<N> (wht_regs.cuh, shared with wht.cu) and the
 //                        1/sqrt(N) scale, then each group of 16 quantized by the lanes that
 //                        hold it (turbo_group_split; the width a template parameter). A warp
 //                        loads R = max(1, 16/E) row sets before computing any (more bytes in
@@ -178,38 +178,8 @@ __device__ __forceinline__ void turbo_group_split(const float (&v)[PER], int par
     }
 }
 
-// ---- register WHT (copied from wht.cu: same layout, pass order and operations) ----
-template <int N>
-struct WhtShape {
-    static constexpr int E = N >= 128 ? N / 32 : 4;     // elements per lane
-    static constexpr int L = N / E;                     // lanes per row (4, 8, 16 or 32)
-    static constexpr int RPW = 32 / L;                  // rows per warp
-};
-
-template <int N>
-__device__ __forceinline__ void wht_regs(float (&v)[WhtShape<N>::E], int sub) {
-    constexpr int E = WhtShape<N>::E, L = WhtShape<N>::L;
-#pragma unroll
-    for (int h = 1; h < E; h <<= 1) {
-#pragma unroll
-        for (int i = 0; i < E; ++i) {
-            if ((i & h) == 0) {
-                const float a = v[i], b = v[i + h];
-                v[i] = a + b;
-                v[i + h] = a - b;
-            }
-        }
-    }
-#pragma unroll
-    for (int m = 1; m < L; m <<= 1) {
-        const bool upper = (sub & m) != 0;
-#pragma unroll
-        for (int i = 0; i < E; ++i) {
-            const float o = __shfl_xor_sync(FULL_MASK, v[i], m);
-            v[i] = upper ? o - v[i] : v[i] + o;
-        }
-    }
-}
+// ---- register WHT: wht.cu's, from the shared header (same layout, passes and operations) ----
+#include "wht_regs.cuh"
 
 __device__ __forceinline__ float warp_max(float v, int width) {
     for (int o = width >> 1; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));

@@ -11,8 +11,8 @@
 //   (a, b) at distance h to (a + b, a - b): passes h < E run inside a lane's registers, passes
 //   h >= E pair lane with lane ^ (h / E) through __shfl_xor_sync (the lower lane keeps a + b,
 //   the upper a - b). Then one multiply by 1/sqrt(N).
-//   kvcache.cu's turbo append uses a copy of wht_regs and the same scale expression, so a turbo
-//   append's rotation is bit-identical to this kernel's output; keep the two in step.
+//   kvcache.cu's turbo append uses the same wht_regs (wht_regs.cuh) and scale expression, so a
+//   turbo append's rotation is bit-identical to this kernel's output.
 // Launch: block = 128 threads (4 warps), grid = ceil(rows / (4 * rows_per_warp)), grid-stride
 //   over row groups (all 32 lanes of a warp run every shuffle; lanes past the last row load 0
 //   and store nothing). float4 loads/stores when x and y are 16-byte aligned, else scalar. y may
@@ -24,7 +24,7 @@
 //   of |x| over the row) / sqrt(N) (in practice ~log2(N)/2 ulps of the row's rms), plus one
 //   rounding of the scale product (1/sqrt(N) itself is rounded to float32 for odd log2 N).
 //
-// Reusable device helper for other kernels (copy it; every .cu compiles standalone):
+// Device helper shared with kvcache.cu (wht_regs.cuh):
 //   wht_regs<N>(float (&v)[E], sub)  — the transform of one row held in the layout above by the
 //   L lanes whose index within their group is `sub`; unscaled.
 
@@ -34,37 +34,7 @@ __device__ __forceinline__ bool aligned16(const void* p) {
     return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
 }
 
-template <int N>
-struct WhtShape {
-    static constexpr int E = N >= 128 ? N / 32 : 4;     // elements per lane
-    static constexpr int L = N / E;                     // lanes per row (4, 8, 16 or 32)
-    static constexpr int RPW = 32 / L;                  // rows per warp
-};
-
-template <int N>
-__device__ __forceinline__ void wht_regs(float (&v)[WhtShape<N>::E], int sub) {
-    constexpr int E = WhtShape<N>::E, L = WhtShape<N>::L;
-#pragma unroll
-    for (int h = 1; h < E; h <<= 1) {
-#pragma unroll
-        for (int i = 0; i < E; ++i) {
-            if ((i & h) == 0) {
-                const float a = v[i], b = v[i + h];
-                v[i] = a + b;
-                v[i + h] = a - b;
-            }
-        }
-    }
-#pragma unroll
-    for (int m = 1; m < L; m <<= 1) {
-        const bool upper = (sub & m) != 0;
-#pragma unroll
-        for (int i = 0; i < E; ++i) {
-            const float o = __shfl_xor_sync(FULL_MASK, v[i], m);
-            v[i] = upper ? o - v[i] : v[i] + o;
-        }
-    }
-}
+#include "wht_regs.cuh"
 
 template <int N>
 __device__ __forceinline__ void wht_rows(const float* x, float* y, long long rows) {

@@ -37,6 +37,37 @@ def test_kernel_compiles(cu):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("cu", CU_FILES, ids=[p.name for p in CU_FILES])
+def test_pasted_source_compiles_alone(cu, tmp_path):
+    """What NVRTC compiles: kernel_source pastes the local headers (#include "x.cuh") in. The
+    pasted text must build on its own, in a folder without the headers, with the same kernels."""
+    from qwenref.gpu._runtime import kernel_source
+    text = kernel_source(cu.stem)
+    assert not re.search(r'^\s*#\s*include\s+"', text, re.M), "a local #include survived"
+    alone = tmp_path / cu.name
+    alone.write_text(text)
+    ok, kernels, messages = compile_check.compile_file(alone, NVCC)
+    assert ok, f"{cu.name} as pasted does not compile on its own:\n{messages}"
+    assert declared_kernels(cu.read_text()) <= {k.name for k in kernels}
+
+
+def test_kernel_source_pastes_each_header_once(tmp_path, monkeypatch):
+    """A header included twice (directly and through another header) is pasted once; a
+    missing header is an error naming it."""
+    from qwenref.gpu import _runtime
+    (tmp_path / "a.cuh").write_text('#include "b.cuh"\nint a;\n')
+    (tmp_path / "b.cuh").write_text("int b;\n")
+    (tmp_path / "k.cu").write_text('#include "a.cuh"\n#include "b.cuh"\nint k;\n')
+    (tmp_path / "bad.cu").write_text('#include "nope.cuh"\n')
+    monkeypatch.setattr(_runtime, "kernels_dir", lambda: tmp_path)
+    text = _runtime.kernel_source("k")
+    assert text.count("int b;") == 1 and text.count("int a;") == 1 and text.endswith("int k;\n")
+    assert text.index("int b;") < text.index("int a;") < text.index("int k;")
+    with pytest.raises(FileNotFoundError, match="nope.cuh"):
+        _runtime.kernel_source("bad")
+
+
+@needs_nvcc
 def test_cli_fails_on_a_broken_kernel(tmp_path):
     bad = tmp_path / "broken.cu"
     bad.write_text('extern "C" __global__ void k(float* x) { x[0] = undefined_name; }\n')

@@ -53,7 +53,7 @@ def test_kernels_are_package_data():
     assert SETUPTOOLS["package-dir"].get("qwenref.kernels_cuda") == "kernels_cuda"
     assert "qwenref.kernels_cuda" in SETUPTOOLS["packages"]
     patterns = SETUPTOOLS["package-data"]["qwenref.kernels_cuda"]
-    for cu in (ROOT / "kernels_cuda").glob("*.cu"):
+    for cu in [*(ROOT / "kernels_cuda").glob("*.cu"), *(ROOT / "kernels_cuda").glob("*.cuh")]:
         assert any(fnmatch.fnmatch(cu.name, p) for p in patterns), f"{cu.name} is not package data"
 
 
@@ -77,7 +77,7 @@ def test_wheel_contains_package_and_kernels(tmp_path):
     (whl,) = (tmp_path / "dist").glob("qwenref-*.whl")
     names = set(zipfile.ZipFile(whl).namelist())
 
-    want = {f"qwenref/kernels_cuda/{p.name}" for p in (src / "kernels_cuda").glob("*.cu")}
+    want = {f"qwenref/kernels_cuda/{p.name}" for p in (src / "kernels_cuda").glob("*.cu*")}
     want |= {str(p.relative_to(src)) for p in (src / "qwenref").rglob("*.py")}
     assert want <= names, f"missing from the wheel: {sorted(want - names)}"
     assert not any(n.startswith("kernels_cuda/") for n in names), "kernels must sit under qwenref/"

@@ -241,7 +241,67 @@ def _side_bytes_per_head(side, hd):
     return (hd // TURBO_GROUP) * (2 * _turbo_bits(side) + 2)
 
 
-class KVCache:
+class _KVCacheState:
+    """What the golden and the GPU caches share: the constructor's checks and attributes, the
+    length, and the argument checks of append / keys / values. Subclasses allocate the arrays
+    (numpy here, CuPy in qwenref.gpu). The GPU cache does not derive from KVCache, so golden
+    functions that check isinstance(cache, KVCache) never receive CuPy arrays."""
+
+    _turbo_max_hd = None          # the GPU's fused rotation caps head_dim (1024) for turbo sides
+
+    def _init_state(self, cfg, max_t, kind):
+        """Check and set cfg, max_t, kind, k_kind, v_kind, k_rotated, v_rotated, length = 0."""
+        if not isinstance(cfg, AttnConfig):
+            raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
+        if isinstance(max_t, bool) or not isinstance(max_t, (int, np.integer)) or max_t < 1:
+            raise ValueError(f"max_t must be a positive int, got {max_t!r}")
+        k_kind, v_kind = _side_kinds(kind)
+        hd, cap = cfg.head_dim, self._turbo_max_hd
+        for side in (k_kind, v_kind):
+            if side == "q8" and hd % Q8_GROUP:
+                raise ValueError(f"head_dim ({hd}) must be a multiple of {Q8_GROUP} for kind {kind!r}")
+            if side.startswith("turbo") and (hd % TURBO_GROUP or hd & (hd - 1)
+                                             or (cap is not None and hd > cap)):
+                limit = f", a multiple of {TURBO_GROUP} and <= {cap}" if cap else \
+                    f" and a multiple of {TURBO_GROUP}"
+                raise ValueError(f"head_dim ({hd}) must be a power of two{limit} for kind "
+                                 f"{kind!r} (WHT over head_dim)")
+        self.cfg, self.max_t, self.kind = cfg, int(max_t), kind
+        self.k_kind, self.v_kind = k_kind, v_kind
+        self.k_rotated, self.v_rotated = k_kind.startswith("turbo"), v_kind.startswith("turbo")
+        self.length = 0
+
+    def __len__(self):
+        return self.length
+
+    def _check_index_k_given(self, index_k):
+        """index_k is required iff the config has an indexer; -> whether it is."""
+        if self.cfg.has_indexer:
+            if index_k is None:
+                raise ValueError("index_k is required: the config has an indexer")
+            return True
+        if index_k is not None:
+            raise ValueError("index_k must be None: the config has no indexer")
+        return False
+
+    def _room(self, nb):
+        """(t0, t1) of an append of nb tokens; past max_t -> ValueError."""
+        t0, t1 = self.length, self.length + nb
+        if t1 > self.max_t:
+            raise ValueError(f"k: appending {nb} tokens to {t0} stored exceeds max_t={self.max_t}")
+        return t0, t1
+
+    def _t_len(self, t_len):
+        if t_len is None:
+            return self.length
+        if isinstance(t_len, bool) or not isinstance(t_len, (int, np.integer)):
+            raise TypeError(f"t_len must be an int, got {type(t_len).__name__}")
+        if not 0 <= t_len <= self.length:
+            raise ValueError(f"t_len must be in [0, {self.length}] (tokens stored), got {t_len}")
+        return int(t_len)
+
+
+class KVCache(_KVCacheState):
     """Per-sequence decode state: K/V as stored, raw indexer keys, block keys, length.
 
     KVCache(cfg, max_t=4096, kind="f32"). Attributes: cfg, max_t, kind, k_kind, v_kind
@@ -251,33 +311,16 @@ class KVCache:
     """
 
     def __init__(self, cfg, max_t=4096, kind="f32"):
-        if not isinstance(cfg, AttnConfig):
-            raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
-        if isinstance(max_t, bool) or not isinstance(max_t, (int, np.integer)) or max_t < 1:
-            raise ValueError(f"max_t must be a positive int, got {max_t!r}")
-        k_kind, v_kind = _side_kinds(kind)
+        self._init_state(cfg, max_t, kind)
         hd = cfg.head_dim
-        for side in (k_kind, v_kind):
-            if side == "q8" and hd % Q8_GROUP:
-                raise ValueError(f"head_dim ({hd}) must be a multiple of {Q8_GROUP} for kind {kind!r}")
-            if side.startswith("turbo") and (hd % TURBO_GROUP or hd & (hd - 1)):
-                raise ValueError(f"head_dim ({hd}) must be a power of two and a multiple of "
-                                 f"{TURBO_GROUP} for kind {kind!r} (WHT over head_dim)")
-        self.cfg, self.max_t, self.kind = cfg, int(max_t), kind
-        self.k_kind, self.v_kind = k_kind, v_kind
-        self.k_rotated, self.v_rotated = k_kind.startswith("turbo"), v_kind.startswith("turbo")
-        self.k_store = _side_alloc(k_kind, cfg.nkv, self.max_t, hd)
-        self.v_store = _side_alloc(v_kind, cfg.nkv, self.max_t, hd)
+        self.k_store = _side_alloc(self.k_kind, cfg.nkv, self.max_t, hd)
+        self.v_store = _side_alloc(self.v_kind, cfg.nkv, self.max_t, hd)
         if cfg.has_indexer:
             ihd, R = cfg.indexer_head_dim, cfg.indexer_compress_ratio
             self.idx_keys = np.zeros((self.max_t, ihd), np.float32)          # [max_t, ihd]
             self.blk_keys = np.zeros((self.max_t // R, ihd), np.float32)     # [max_t // R, ihd]
         else:
             self.idx_keys = self.blk_keys = None
-        self.length = 0
-
-    def __len__(self):
-        return self.length
 
     def __repr__(self):
         return (f"KVCache(kind={self.kind!r}, len={self.length}, max_t={self.max_t}, "
@@ -299,33 +342,18 @@ class KVCache:
         if v.shape != k.shape:
             raise ValueError(f"v must have k's shape {k.shape}, got {v.shape}")
         nb = k.shape[0]
-        if cfg.has_indexer:
-            if index_k is None:
-                raise ValueError("index_k is required: the config has an indexer")
+        if self._check_index_k_given(index_k):
             index_k = _typed_array("index_k", index_k, np.float32)
             if index_k.shape != (nb, cfg.indexer_head_dim):
                 raise ValueError(f"index_k must be [{nb}, {cfg.indexer_head_dim}], "
                                  f"got shape {index_k.shape}")
-        elif index_k is not None:
-            raise ValueError("index_k must be None: the config has no indexer")
-        t0, t1 = self.length, self.length + nb
-        if t1 > self.max_t:
-            raise ValueError(f"k: appending {nb} tokens to {t0} stored exceeds max_t={self.max_t}")
+        t0, t1 = self._room(nb)
         for side, store, x in ((self.k_kind, self.k_store, k), (self.v_kind, self.v_store, v)):
             for name, a in _side_encode(side, x.transpose(1, 0, 2)).items():  # [nkv, nb, ...]
                 store[name][:, t0:t1] = a
         if cfg.has_indexer:
             self.idx_keys[t0:t1] = index_k
         self.length = t1
-
-    def _t_len(self, t_len):
-        if t_len is None:
-            return self.length
-        if isinstance(t_len, bool) or not isinstance(t_len, (int, np.integer)):
-            raise TypeError(f"t_len must be an int, got {type(t_len).__name__}")
-        if not 0 <= t_len <= self.length:
-            raise ValueError(f"t_len must be in [0, {self.length}] (tokens stored), got {t_len}")
-        return int(t_len)
 
     def keys(self, t_len=None):
         """Dequantized stored keys float32 [nkv, t_len, hd] (WHT-rotated iff k_rotated)."""

@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 
+from ..checkpoint import expected_shapes
 from .attention import decode_attention, output_gate
 from .indexer import indexer_project, indexer_queries, row_selection, update_block_keys
 from .kvcache import q8_dequantize, q8_quantize
@@ -28,6 +29,37 @@ _PROJ = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj
          "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
          "mlp.down_proj.weight", "self_attn.indexer.qk_proj.weight")
 _MLP = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+
+
+# ---- checks shared with qwenref.gpu.layer ------------------------------------------------------
+def _check_layer_args(weight_format, sparse_v, n_splits):
+    if weight_format not in ("f32", "q8"):
+        raise ValueError(f"weight_format must be 'f32' or 'q8', got {weight_format!r}")
+    if not 0.0 <= float(sparse_v) < 1.0:
+        raise ValueError(f"sparse_v must be in [0, 1), got {sparse_v!r}")
+    if n_splits is not None and (isinstance(n_splits, bool) or
+                                 not isinstance(n_splits, (int, np.integer)) or n_splits < 1):
+        raise ValueError(f"n_splits must be None or a positive int, got {n_splits!r}")
+
+
+def _check_weights(c, w, weight_format):
+    """Missing weights or config-mismatched shapes -> ValueError naming the weight; a q8 layer
+    needs every projection's input dim to be a multiple of 32. -> has_mlp (warns when not)."""
+    for name, shape in expected_shapes(c, has_mlp=False).items():    # the MLP is optional
+        if name not in w:
+            raise ValueError(f"w: missing weight {name!r}")
+        if tuple(np.shape(w[name])) != shape:
+            raise ValueError(f"w[{name!r}] has shape {np.shape(w[name])}, config says {shape}")
+    if weight_format == "q8":
+        for name in _PROJ:
+            if name in w and np.shape(w[name])[-1] % 32:
+                raise ValueError(f"w[{name!r}]: input dim {np.shape(w[name])[-1]} is not a "
+                                 f"multiple of 32, so it cannot be Q8_0-quantized")
+    has_mlp = all(k in w for k in _MLP)
+    if not has_mlp:
+        warnings.warn("FullAttentionLayer: no dense MLP weights (MoE checkpoint?): running "
+                      "attention only, y = x + attention(x)", stacklevel=3)
+    return has_mlp
 
 
 def linear(x, w):
@@ -63,48 +95,16 @@ class FullAttentionLayer:
     """
 
     def __init__(self, cfg, w, sparse_v=0.0, n_splits=None, weight_format="f32"):
-        if weight_format not in ("f32", "q8"):
-            raise ValueError(f"weight_format must be 'f32' or 'q8', got {weight_format!r}")
-        if not 0.0 <= float(sparse_v) < 1.0:
-            raise ValueError(f"sparse_v must be in [0, 1), got {sparse_v!r}")
-        if n_splits is not None and (not isinstance(n_splits, (int, np.integer)) or n_splits < 1):
-            raise ValueError(f"n_splits must be None or a positive int, got {n_splits!r}")
+        _check_layer_args(weight_format, sparse_v, n_splits)
         self.cfg, self.sparse_v, self.n_splits = cfg, float(sparse_v), n_splits
         self.weight_format = weight_format
-        self.has_mlp = all(k in w for k in _MLP)
+        self.has_mlp = _check_weights(cfg, w, weight_format)
         self.w = {}
         for name, arr in w.items():
             arr = np.asarray(arr, np.float32)
             if weight_format == "q8" and name in _PROJ:
-                if arr.shape[-1] % 32:
-                    raise ValueError(f"w[{name!r}]: input dim {arr.shape[-1]} is not a multiple "
-                                     f"of 32, so it cannot be Q8_0-quantized")
                 arr = quantize_weight_q8(arr)[0]
             self.w[name] = arr
-        self._check_weights()
-
-    def _check_weights(self):
-        c = self.cfg
-        hd, H = c.head_dim, c.hidden_size
-        want = {
-            "input_layernorm.weight": (H,), "post_attention_layernorm.weight": (H,),
-            "self_attn.q_proj.weight": (2 * c.nh * hd, H), "self_attn.k_proj.weight": (c.nkv * hd, H),
-            "self_attn.v_proj.weight": (c.nkv * hd, H), "self_attn.o_proj.weight": (H, c.nh * hd),
-            "self_attn.q_norm.weight": (hd,), "self_attn.k_norm.weight": (hd,),
-        }
-        if c.has_indexer:
-            ihd = c.indexer_head_dim
-            want.update({"self_attn.indexer.qk_proj.weight": ((c.indexer_n_heads + 1) * ihd, H),
-                         "self_attn.indexer.q_norm.weight": (ihd,),
-                         "self_attn.indexer.k_norm.weight": (ihd,)})
-        for name, shape in want.items():
-            if name not in self.w:
-                raise ValueError(f"w: missing weight {name!r}")
-            if self.w[name].shape != shape:
-                raise ValueError(f"w[{name!r}] has shape {self.w[name].shape}, config says {shape}")
-        if not self.has_mlp:
-            warnings.warn("FullAttentionLayer: no dense MLP weights (MoE checkpoint?): running "
-                          "attention only, y = x + attention(x)", stacklevel=3)
 
     # ---- the step ---------------------------------------------------------------------------
     def forward(self, x, base_pos, cache, trace=None):

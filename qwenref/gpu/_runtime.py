@@ -3,6 +3,7 @@ argument checks every wrapper runs before a launch (kernels never see a bad argu
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent.parent
@@ -16,9 +17,28 @@ def kernels_dir() -> Path:
     raise FileNotFoundError(f"kernels_cuda/ not found next to {_PKG}")
 
 
+_LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([\w.-]+\.cuh)"[ \t]*$', re.M)
+
+
 def kernel_source(name: str) -> str:
-    """The text of kernels_cuda/<name>.cu (what the notebooks show and NVRTC compiles)."""
-    return (kernels_dir() / f"{name}.cu").read_text()
+    """The text of kernels_cuda/<name>.cu with each local `#include "x.cuh"` replaced by that
+    header's text (once per header): what the notebooks show and NVRTC compiles. Pasting rather
+    than passing -I keeps CuPy's disk cache, keyed on the source text, honest about headers."""
+    kdir = kernels_dir()
+    seen = set()
+
+    def paste(m):
+        header = m.group(1)
+        path = kdir / header
+        if not path.is_file():
+            raise FileNotFoundError(f"{name}.cu includes {header!r}, not found in {kdir}")
+        if header in seen:
+            return f"// (#include \"{header}\": pasted above)"
+        seen.add(header)
+        text = _LOCAL_INCLUDE.sub(paste, path.read_text())
+        return f"// ---- {header} (pasted by kernel_source) ----\n{text}// ---- end {header} ----"
+
+    return _LOCAL_INCLUDE.sub(paste, (kdir / f"{name}.cu").read_text())
 
 
 def cupy():

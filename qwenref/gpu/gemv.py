@@ -154,13 +154,24 @@ def _check_f32w(w, n_in=None):
     return n_out, k
 
 
+def _check_inputs(x, w, d):
+    """x and the weights (float32 w when d is None, else Q8_0 q = w with scales d) -> n_out."""
+    _check_x(x)
+    if d is None:
+        n_out, _ = _check_f32w(w, x.shape[1])
+    else:
+        n_out, _ = _check_q8(w, d, x.shape[1])
+    _check_x16(x)
+    return n_out
+
+
 def gemv_q8(x, q, d, out=None, residual=None):
     """y = x @ (q · float32(d)).T (+ residual), float32. x [nb, in], q int8 [out, in],
     d float16 [out, in // 32] -> [nb, out]. Weights are read once for up to 8 rows."""
     cp = cupy()
-    _check_x(x)
-    n_out, _ = _check_q8(q, d, x.shape[1])
-    _check_x16(x)
+    if d is None:
+        raise TypeError("d (the float16 scales) must be a cupy array, got None")
+    n_out = _check_inputs(x, q, d)
     nb = x.shape[0]
     y = out_array("out", out, (nb, n_out), cp.float32)
     if residual is not None:
@@ -173,9 +184,7 @@ def gemv_f32(x, w, out=None, residual=None):
     x [nb, in], w float32 [out, in] with in % 4 == 0 -> [nb, out]. Weights are read once for
     up to 8 rows (nb > 8 runs in chunks of 8: use linear() for prefill-sized nb)."""
     cp = cupy()
-    _check_x(x)
-    n_out, _ = _check_f32w(w, x.shape[1])
-    _check_x16(x)
+    n_out = _check_inputs(x, w, None)
     nb = x.shape[0]
     y = out_array("out", out, (nb, n_out), cp.float32)
     if residual is not None:
@@ -188,12 +197,7 @@ def gemv_segments(x, w, d, seg_ends, out=None):
     contiguous [nb, len_s] float32 arrays (views of one flat buffer `out`, size nb·n_out).
     d is None for float32 weights w, else w = q int8 with d its f16 scales."""
     cp = cupy()
-    _check_x(x)
-    if d is None:
-        n_out, _ = _check_f32w(w, x.shape[1])
-    else:
-        n_out, _ = _check_q8(w, d, x.shape[1])
-    _check_x16(x)
+    n_out = _check_inputs(x, w, d)
     nb = x.shape[0]
     ends = [int(e) for e in seg_ends]
     if len(ends) > 4 or any(a > b for a, b in zip([0] + ends, ends + [n_out])):
@@ -214,12 +218,7 @@ def gemv_swiglu(x, w, d, out=None):
     (row 2i gate_i, row 2i+1 up_i): q int8 with d f16 scales, or float32 w with d None.
     -> [nb, n_out // 2] float32."""
     cp = cupy()
-    _check_x(x)
-    if d is None:
-        n_out, _ = _check_f32w(w, x.shape[1])
-    else:
-        n_out, _ = _check_q8(w, d, x.shape[1])
-    _check_x16(x)
+    n_out = _check_inputs(x, w, d)
     if n_out % 2:
         raise ValueError(f"w must hold interleaved gate/up rows (an even count), got {n_out}")
     y = out_array("out", out, (x.shape[0], n_out // 2), cp.float32)

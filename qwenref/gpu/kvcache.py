@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import AttnConfig
 from ..golden import kvcache as _golden
 from ._runtime import check_array, cupy, kernel, out_array
 
@@ -33,10 +32,7 @@ def _k(fn):
     return kernel("kvcache", fn)
 
 
-def _check_bits(bits):
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= 8:
-        raise ValueError(f"bits must be an int in 1..8 (the cache uses 8, 4, 3, 2), got {bits!r}")
-    return int(bits)
+_check_bits = _golden._check_bits
 
 
 def _groups_of(name, a, size):
@@ -191,7 +187,7 @@ def _side_decode(side, store, t_len):
     return turbo_dequantize(s["codes"], s["d"], _golden._turbo_bits(side))
 
 
-class KVCache:
+class KVCache(_golden._KVCacheState):
     """Per-sequence decode state on the GPU: K/V as stored, raw indexer keys, block keys, length.
 
     KVCache(cfg, max_t=4096, kind="f32"). Attributes as golden.KVCache: cfg, max_t, kind,
@@ -199,35 +195,20 @@ class KVCache:
     layout), idx_keys, blk_keys (cupy float32, or None), length (= len(cache)).
     """
 
+    _turbo_max_hd = 1024          # the fused rotate + quantize append holds a row in registers
+
     def __init__(self, cfg, max_t=4096, kind="f32"):
-        if not isinstance(cfg, AttnConfig):
-            raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
-        if isinstance(max_t, bool) or not isinstance(max_t, (int, np.integer)) or max_t < 1:
-            raise ValueError(f"max_t must be a positive int, got {max_t!r}")
-        k_kind, v_kind = _golden._side_kinds(kind)
-        hd = cfg.head_dim
-        for side in (k_kind, v_kind):
-            if side == "q8" and hd % Q8_GROUP:
-                raise ValueError(f"head_dim ({hd}) must be a multiple of {Q8_GROUP} for kind {kind!r}")
-            if side.startswith("turbo") and (hd % TURBO_GROUP or hd & (hd - 1) or hd > 1024):
-                raise ValueError(f"head_dim ({hd}) must be a power of two, a multiple of "
-                                 f"{TURBO_GROUP} and <= 1024 for kind {kind!r} (WHT over head_dim)")
+        self._init_state(cfg, max_t, kind)
         cp = cupy()
-        self.cfg, self.max_t, self.kind = cfg, int(max_t), kind
-        self.k_kind, self.v_kind = k_kind, v_kind
-        self.k_rotated, self.v_rotated = k_kind.startswith("turbo"), v_kind.startswith("turbo")
-        self.k_store = _side_alloc(k_kind, cfg.nkv, self.max_t, hd)
-        self.v_store = _side_alloc(v_kind, cfg.nkv, self.max_t, hd)
+        hd = cfg.head_dim
+        self.k_store = _side_alloc(self.k_kind, cfg.nkv, self.max_t, hd)
+        self.v_store = _side_alloc(self.v_kind, cfg.nkv, self.max_t, hd)
         if cfg.has_indexer:
             ihd, R = cfg.indexer_head_dim, cfg.indexer_compress_ratio
             self.idx_keys = cp.zeros((self.max_t, ihd), cp.float32)          # [max_t, ihd]
             self.blk_keys = cp.zeros((self.max_t // R, ihd), cp.float32)     # [max_t // R, ihd]
         else:
             self.idx_keys = self.blk_keys = None
-        self.length = 0
-
-    def __len__(self):
-        return self.length
 
     def __repr__(self):
         return (f"gpu.KVCache(kind={self.kind!r}, len={self.length}, max_t={self.max_t}, "
@@ -246,15 +227,9 @@ class KVCache:
         check_array("k", k, np.float32, (None, cfg.nkv, cfg.head_dim))
         nb = k.shape[0]
         check_array("v", v, np.float32, k.shape)
-        if cfg.has_indexer:
-            if index_k is None:
-                raise ValueError("index_k is required: the config has an indexer")
+        if self._check_index_k_given(index_k):
             check_array("index_k", index_k, np.float32, (nb, cfg.indexer_head_dim))
-        elif index_k is not None:
-            raise ValueError("index_k must be None: the config has no indexer")
-        t0, t1 = self.length, self.length + nb
-        if t1 > self.max_t:
-            raise ValueError(f"k: appending {nb} tokens to {t0} stored exceeds max_t={self.max_t}")
+        t0, t1 = self._room(nb)
         if nb == 0:
             return
         if self.k_kind == self.v_kind and self.k_kind not in ("f32", "bf16"):
@@ -265,15 +240,6 @@ class KVCache:
         if cfg.has_indexer:
             self.idx_keys[t0:t1] = index_k
         self.length = t1
-
-    def _t_len(self, t_len):
-        if t_len is None:
-            return self.length
-        if isinstance(t_len, bool) or not isinstance(t_len, (int, np.integer)):
-            raise TypeError(f"t_len must be an int, got {type(t_len).__name__}")
-        if not 0 <= t_len <= self.length:
-            raise ValueError(f"t_len must be in [0, {self.length}] (tokens stored), got {t_len}")
-        return int(t_len)
 
     def keys(self, t_len=None):
         """Dequantized stored keys, cupy float32 [nkv, t_len, hd] (WHT-rotated iff k_rotated)."""

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import functools
 import types
-import warnings
 
 import numpy as np
 
+from ..golden.layer import _check_layer_args, _check_weights
 from ._runtime import check_array, cupy
 
 __all__ = ["FullAttentionLayer", "DecodeGraph", "STAGES"]
@@ -37,8 +37,6 @@ __all__ = ["FullAttentionLayer", "DecodeGraph", "STAGES"]
 # Stage names in execution order (stage_times' keys; absent stages are skipped).
 STAGES = ("input_norm", "qkv_proj", "qk_norm_rope", "indexer_q", "kv_append", "block_keys",
           "select", "attention", "o_proj", "post_norm", "mlp_gate_up", "mlp_down")
-
-_MLP = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
 
 
 @functools.lru_cache(maxsize=None)
@@ -49,22 +47,6 @@ def _ops():
         rms_norm=norm.rms_norm, add_rms_norm=norm.add_rms_norm, qk_norm_rope=rope.qk_norm_rope,
         indexer_queries=indexer.indexer_queries, update_block_keys=indexer.update_block_keys,
         select_rows=indexer.select_rows, decode_attention=attention.decode_attention, gemv=gemv)
-
-
-def _want_shapes(c):
-    hd, H = c.head_dim, c.hidden_size
-    want = {
-        "input_layernorm.weight": (H,), "post_attention_layernorm.weight": (H,),
-        "self_attn.q_proj.weight": (2 * c.nh * hd, H), "self_attn.k_proj.weight": (c.nkv * hd, H),
-        "self_attn.v_proj.weight": (c.nkv * hd, H), "self_attn.o_proj.weight": (H, c.nh * hd),
-        "self_attn.q_norm.weight": (hd,), "self_attn.k_norm.weight": (hd,),
-    }
-    if c.has_indexer:
-        ihd = c.indexer_head_dim
-        want.update({"self_attn.indexer.qk_proj.weight": ((c.indexer_n_heads + 1) * ihd, H),
-                     "self_attn.indexer.q_norm.weight": (ihd,),
-                     "self_attn.indexer.k_norm.weight": (ihd,)})
-    return want
 
 
 class _Scratch:
@@ -111,30 +93,11 @@ class FullAttentionLayer:
 
     def __init__(self, cfg, w, sparse_v=0.0, n_splits=None, weight_format="f32"):
         cp = cupy()
-        if weight_format not in ("f32", "q8"):
-            raise ValueError(f"weight_format must be 'f32' or 'q8', got {weight_format!r}")
-        if not 0.0 <= float(sparse_v) < 1.0:
-            raise ValueError(f"sparse_v must be in [0, 1), got {sparse_v!r}")
-        if n_splits is not None and (isinstance(n_splits, bool) or
-                                     not isinstance(n_splits, (int, np.integer)) or n_splits < 1):
-            raise ValueError(f"n_splits must be None or a positive int, got {n_splits!r}")
+        _check_layer_args(weight_format, sparse_v, n_splits)
         self.cfg, self.sparse_v, self.n_splits = cfg, float(sparse_v), n_splits
         self.weight_format = weight_format
         c = cfg
-        for name, shape in _want_shapes(c).items():
-            if name not in w:
-                raise ValueError(f"w: missing weight {name!r}")
-            if tuple(np.shape(w[name])) != shape:
-                raise ValueError(f"w[{name!r}] has shape {np.shape(w[name])}, config says {shape}")
-        self.has_mlp = all(k in w for k in _MLP)
-        if not self.has_mlp:
-            warnings.warn("FullAttentionLayer: no dense MLP weights (MoE checkpoint?): running "
-                          "attention only, y = x + attention(x)", stacklevel=2)
-        if weight_format == "q8":
-            for name, arr in w.items():
-                if name.endswith("_proj.weight") and np.shape(arr)[-1] % 32:
-                    raise ValueError(f"w[{name!r}]: input dim {np.shape(arr)[-1]} is not a "
-                                     f"multiple of 32, so it cannot be Q8_0-quantized")
+        self.has_mlp = _check_weights(c, w, weight_format)
 
         def f32(name):
             return np.ascontiguousarray(np.asarray(w[name], dtype=np.float32))
