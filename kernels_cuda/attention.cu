@@ -817,7 +817,7 @@ __device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
   return *reinterpret_cast<unsigned*>(&r);
 }
 
-template <int NT8>
+template <int NT8, bool SEL>
 __device__ __forceinline__ void partials_q8_mma(
     const float* __restrict__ q, const signed char* __restrict__ kq,
     const __half* __restrict__ kd, const signed char* __restrict__ vq,
@@ -847,11 +847,13 @@ __device__ __forceinline__ void partials_q8_mma(
   const int gid = lane >> 2, tig = lane & 3;
   const int ncv = nb * NREP;                   // valid columns
 
-  // A selective row (nb == 1, the wrapper checks; sel_n[0] > 0) sees the n_vis = min(sel_n[0],
-  // sel_w) tokens sel_idx[0, p]: below, t is a position in that list and the token read is
-  // sel[t]. A dense row (no list, or sel_n[0] == 0) sees positions = tokens 0 .. base_pos + b.
-  const int n_sel = sel_n != nullptr ? min(sel_n[0], sel_w) : 0;
-  const int* sel = n_sel > 0 ? sel_idx : nullptr;
+  // A selective row (SEL, nb == 1, the wrapper checks; sel_n[0] > 0) sees the n_vis =
+  // min(sel_n[0], sel_w) tokens sel_idx[0, p]: below, t is a position in that list and the token
+  // read is sel[t]. A dense row (no list, or sel_n[0] == 0) sees positions = tokens
+  // 0 .. base_pos + b. SEL is a template flag so that the dense kernels carry none of this: as a
+  // runtime test it cost the nb 4 kernel 5% (130.5 -> 137.5 us at 128k, ncu).
+  const int n_sel = (SEL && sel_n != nullptr) ? min(sel_n[0], sel_w) : 0;
+  const int* sel = (SEL && n_sel > 0) ? sel_idx : nullptr;
   auto row_len = [&](int b) { return sel != nullptr ? n_sel : base_pos + b + 1; };
 
   // ---- per-row split ranges and their union -------------------------------------------------
@@ -1177,18 +1179,23 @@ __device__ __forceinline__ void partials_q8_mma(
 
 }  // namespace mma_attn
 
-#define ATTN_PARTIALS_MMA(NT8)                                                                 \
-  extern "C" __global__ void __launch_bounds__(mma_attn::Cfg<NT8>::NT, 1) attn_partials_q8_mma_n##NT8(   \
+// attn_partials_q8_mma_n<NT8>: dense rows (sel_idx, sel_n, sel_w are ignored);
+// attn_partials_q8_mma_sel_n1: one row that may be selective (the wrapper's choice for nb = 1
+// with sel_n given). Same parameters, so the wrapper launches both alike.
+#define ATTN_PARTIALS_MMA(SFX, NT8, SEL)                                                       \
+  extern "C" __global__ void __launch_bounds__(mma_attn::Cfg<NT8>::NT, 1)                      \
+  attn_partials_q8_mma_##SFX(                                                                  \
       const float* q, const signed char* kq, const __half* kd, const signed char* vq,          \
       const __half* vd, int max_t, int base_pos, int nb, const int* sel_idx, const int* sel_n, \
       int sel_w, float qscale, float* m_out, float* l_out, float* o_out) {                     \
-    mma_attn::partials_q8_mma<NT8>(q, kq, kd, vq, vd, max_t, base_pos, nb, sel_idx, sel_n,     \
-                                   sel_w, qscale, m_out, l_out, o_out);                        \
+    mma_attn::partials_q8_mma<NT8, SEL>(q, kq, kd, vq, vd, max_t, base_pos, nb, sel_idx,       \
+                                        sel_n, sel_w, qscale, m_out, l_out, o_out);            \
   }
-ATTN_PARTIALS_MMA(1)
-ATTN_PARTIALS_MMA(2)
-ATTN_PARTIALS_MMA(3)
-ATTN_PARTIALS_MMA(4)
+ATTN_PARTIALS_MMA(n1, 1, false)
+ATTN_PARTIALS_MMA(n2, 2, false)
+ATTN_PARTIALS_MMA(n3, 3, false)
+ATTN_PARTIALS_MMA(n4, 4, false)
+ATTN_PARTIALS_MMA(sel_n1, 1, true)
 
 // dynamic shared memory of attn_partials_q8_mma_n<NT8> (bytes), for the wrapper
 extern "C" __global__ void attn_mma_smem_bytes(int* out) {

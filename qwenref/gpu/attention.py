@@ -34,7 +34,8 @@ from .._args import int_arg as _int_arg, sparse_arg as _sparse_arg
 from ._runtime import check_array, cupy, kernel, out_array
 
 __all__ = ["decode_attention", "attn_partials", "attn_combine", "auto_n_splits",
-           "mma_n_splits", "choose_impl", "KIND_PAIRS", "HEAD_DIMS", "MAX_SPLITS", "IMPLS"]
+           "mma_n_splits", "mma_kernel_name", "choose_impl", "KIND_PAIRS", "HEAD_DIMS",
+           "MAX_SPLITS", "IMPLS"]
 
 # (k side, v side) -> kernel suffix; the kernels are attn_partials_<suffix>
 KIND_PAIRS = {
@@ -203,8 +204,8 @@ def _mma_smem_bytes(hd, nt8):
 
 def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
     """"mma" (tensor cores) for q8/q8 caches with hd 128/256, no sparse V, nb * n_rep <= 32, and
-    dense rows or a single selective row (sel_n given, nb = 1: its token list is read through
-    sel_idx); "v1" otherwise. impl="v1" forces v1; impl="mma" raises ValueError where the mma
+    dense rows or a single selective row (sel_n given, nb = 1, n_rep <= 8: its token list is
+    read through sel_idx); "v1" otherwise. impl="v1" forces v1; impl="mma" raises ValueError where the mma
     kernel does not apply."""
     if impl not in (None,) + IMPLS:
         raise ValueError(f"impl must be None or one of {IMPLS}, got {impl!r}")
@@ -220,8 +221,8 @@ def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
         why = f"head_dim {cfg.head_dim} not in {MMA_HEAD_DIMS}"
     elif nb * cfg.n_rep > MMA_MAX_COLS:
         why = f"nb * n_rep = {nb * cfg.n_rep} > {MMA_MAX_COLS}"
-    elif sel_n is not None and nb > 1:
-        why = "selective rows (sel_n given) take the mma kernel only for nb = 1"
+    elif sel_n is not None and nb * cfg.n_rep > 8:
+        why = "selective rows (sel_n given) take the mma kernel only for nb = 1, n_rep <= 8"
     elif sparse_v > 0.0:
         why = "sparse_v > 0 uses v1"
     if why is None:
@@ -231,10 +232,24 @@ def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
     return "v1"
 
 
-def _mma_kernel(cache, nb):
+def mma_kernel_name(nb, n_rep, selective=False):
+    """The mma partials kernel for nb rows of n_rep heads: attn_partials_q8_mma_n<NT8> for dense
+    rows, NT8 = ceil(nb * n_rep / 8); attn_partials_q8_mma_sel_n1 when the (single) row may be
+    selective. The selective path is a compile-time flag in the .cu, so dense rows never pay for
+    it."""
+    nt8 = -(-nb * n_rep // 8)
+    if selective:
+        if nt8 != 1:
+            raise ValueError(f"the selective mma kernel takes one row of <= 8 heads, got nb={nb}, "
+                             f"n_rep={n_rep}")
+        return "attn_partials_q8_mma_sel_n1"
+    return f"attn_partials_q8_mma_n{nt8}"
+
+
+def _mma_kernel(cache, nb, selective=False):
     cfg = cache.cfg
     nt8 = -(-nb * cfg.n_rep // 8)
-    kern = kernel("attention", f"attn_partials_q8_mma_n{nt8}",
+    kern = kernel("attention", mma_kernel_name(nb, cfg.n_rep, selective),
                   _shape_options(cfg.head_dim, cfg.n_rep))
     smem = _mma_smem_bytes(cfg.head_dim, nt8)
     if smem > 48 * 1024 and getattr(kern, "max_dynamic_shared_size_bytes", 0) < smem:
@@ -285,7 +300,7 @@ def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None,
     nh, nkv, hd = cfg.nh, cfg.nkv, cfg.head_dim
     which = choose_impl(cache, nb, sparse_v, sel_n, impl)
     if which == "mma":
-        kern, smem, threads = _mma_kernel(cache, nb)
+        kern, smem, threads = _mma_kernel(cache, nb, selective=sel_n is not None)
     else:
         kern = _partials_kernel(cache)
     if n_splits is None and m_out is not None:
