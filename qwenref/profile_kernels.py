@@ -14,22 +14,14 @@ import argparse
 
 import numpy as np
 
+from .bench import _randn as _bench_randn
+from .tune_attention import make_caches
+
 PARTS = ("attention", "qsa", "rope", "append")
 
 
 def _randn(cp, shape, scale=1.0):
-    return cp.random.standard_normal(shape, dtype=cp.float32) * np.float32(scale)
-
-
-def _random_q8_cache(cp, gpu, cfg, T):
-    """A q8 cache of T tokens with random codes and scales, written directly (no appends)."""
-    c = gpu.KVCache(cfg, max_t=T, kind="q8")
-    for st in (c.k_store, c.v_store):
-        st["q"][...] = cp.random.randint(-127, 128, size=st["q"].shape,
-                                         dtype=cp.int32).astype(cp.int8)
-        st["d"][...] = cp.random.uniform(0.004, 0.04, size=st["d"].shape).astype(cp.float16)
-    c.length = T
-    return c
+    return _bench_randn(cp, shape, scale, outliers=False)
 
 
 def _launches(cp, parts):
@@ -43,7 +35,7 @@ def _launches(cp, parts):
     todo = []
     if "attention" in parts:
         for T, nb in ((32768, 1), (131072, 1), (131072, 4)):
-            cache = _random_q8_cache(cp, gpu, dense, T)
+            cache = make_caches(cp, gpu, dense, T, 1)[0]      # random codes and scales
             q = _randn(cp, (nb, nh, hd), 0.6)
             todo.append((f"decode q8 T={T} nb={nb}",
                          lambda q=q, c=cache, T=T, nb=nb: gpu.decode_attention(q, c, T - nb)))
