@@ -35,11 +35,14 @@ def test_selective_mma_kernel_takes_one_row_of_at_most_8_heads():
         A.mma_kernel_name(2, 6, True)
     with pytest.raises(ValueError, match="one row"):
         A.mma_kernel_name(1, 12, True)
+    with pytest.raises(ValueError, match="one row"):     # 2 x 2 heads fit one tile, but each
+        A.mma_kernel_name(2, 2, True)                      # row has its own token list
 
 
 @pytest.mark.parametrize("nb,n_rep,selective,sparse_v,want", [
     (1, 6, False, 0.0, "mma"), (4, 6, False, 0.0, "mma"), (6, 6, False, 0.0, "v1"),
     (1, 6, True, 0.0, "mma"), (2, 6, True, 0.0, "v1"), (1, 12, True, 0.0, "v1"),
+    (2, 2, True, 0.0, "v1"), (1, 2, True, 0.0, "mma"),
     (1, 6, False, 1e-3, "v1")])
 def test_choose_impl(nb, n_rep, selective, sparse_v, want):
     sel_n = object() if selective else None       # choose_impl only asks whether it is given

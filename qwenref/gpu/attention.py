@@ -221,7 +221,8 @@ def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
         why = f"head_dim {cfg.head_dim} not in {MMA_HEAD_DIMS}"
     elif nb * cfg.n_rep > MMA_MAX_COLS:
         why = f"nb * n_rep = {nb * cfg.n_rep} > {MMA_MAX_COLS}"
-    elif sel_n is not None and nb * cfg.n_rep > 8:
+    elif sel_n is not None and (nb != 1 or cfg.n_rep > 8):
+        # each selective row reads its own token list, so rows cannot share one tile's K/V
         why = "selective rows (sel_n given) take the mma kernel only for nb = 1, n_rep <= 8"
     elif sparse_v > 0.0:
         why = "sparse_v > 0 uses v1"
@@ -239,7 +240,7 @@ def mma_kernel_name(nb, n_rep, selective=False):
     it."""
     nt8 = -(-nb * n_rep // 8)
     if selective:
-        if nt8 != 1:
+        if nb != 1 or nt8 != 1:
             raise ValueError(f"the selective mma kernel takes one row of <= 8 heads, got nb={nb}, "
                              f"n_rep={n_rep}")
         return "attn_partials_q8_mma_sel_n1"
