@@ -700,27 +700,45 @@ extern "C" __global__ void __launch_bounds__(COMBINE_NT) attn_combine(
 #endif
 #define MMA_PS 8
 #ifndef MMA_UNROLL_G
-#define MMA_UNROLL_G 2
+#define MMA_UNROLL_G 0                         // score-loop unroll; 0 = Cfg's rule below
+#endif
+#ifndef MMA_PPHASE
+#define MMA_PPHASE 0                           // P' phases per block; 0 = Cfg's rule below
 #endif
 
 namespace mma_attn {
 
 constexpr int NG = HD / 32;                    // q8 groups per token
 constexpr int NCH = HD / 16;                   // 16-byte chunks per token row
-constexpr int UNROLL_G = MMA_UNROLL_G;         // score-loop unroll over groups (registers)
 static_assert(HD == 128 || HD == 256, "mma kernel: head_dim 128 or 256");
 
-// Warps per CTA (default 4) and pipeline stages: 2 while two CTAs fit an SM (NT8 <= 2 at hd 256:
-// two CTAs keep two blocks in flight), 3 from NT8 = 3 on (one CTA per SM by shared memory: it
-// must keep two blocks in flight itself). TUNING.md has the measurements behind both.
+// Warps per CTA (default 4), pipeline stages and P' phases. Two CTAs per SM (8 warps, two per
+// scheduler) is what keeps the tensor-core loop issuing; one CTA must keep two blocks in flight
+// by itself, so it takes 3 stages. NT8 <= 2 at hd 256 fits two CTAs with 2 stages. NT8 = 3 fits
+// two only when P' (the fp16 weights, NG groups x BT tokens x NCOL) is built for half the groups
+// at a time, PH = 2 phases per block (one more barrier): 154,480 -> 107,376 B, under the
+// 115,712 B that two CTAs may each take. NT8 = 4 stays one CTA (3 stages, one phase).
+// TUNING.md has the measurements behind each.
 template <int NT8> struct Cfg {
   static constexpr int NW = MMA_NW > 0 ? MMA_NW : 4;
-  static constexpr int NST = MMA_NSTAGE > 0 ? MMA_NSTAGE : (NT8 >= 3 ? 3 : 2);
+  static constexpr bool TWO_CTAS = NT8 <= 2 || (NT8 == 3 && HD == 256);
+  static constexpr int NST = MMA_NSTAGE > 0 ? MMA_NSTAGE : (TWO_CTAS ? 2 : 3);
   static_assert(NST >= 2 && NST <= 4, "MMA_NSTAGE must be 2..4");
   static constexpr int NT = NW * 32;
   static constexpr int BT = 16 * NW;           // tokens per pipeline block
   static constexpr int GPW = NG / NW;          // groups per warp in P.V
   static_assert(NG % NW == 0 && GPW >= 1, "mma kernel: hd/32 must be a multiple of MMA_NW");
+  // score loop over groups: unrolled fully (the HMMA chains of several groups interleave:
+  // nb 4 at 128k 106.1 -> 101.0 us), except at NT8 = 4, which would spill at 255 registers
+  static constexpr int UG = MMA_UNROLL_G > 0 ? MMA_UNROLL_G : (NT8 >= 4 ? 2 : NG);
+  static constexpr int PH = MMA_PPHASE > 0 ? MMA_PPHASE : (NT8 == 3 && HD == 256 ? 2 : 1);
+  static constexpr int NGP = NG / PH;          // groups per phase
+  static constexpr int GPWP = GPW / PH;        // groups per warp per phase
+  static_assert(GPW % PH == 0 && GPWP >= 1, "MMA_PPHASE must divide the groups per warp");
+  // the group of a warp's idx-th P.V group (idx = phase * GPWP + gl); PH = 1: warp * GPW + idx
+  static __device__ __forceinline__ int group(int warp, int idx) {
+    return (idx / GPWP) * NGP + warp * GPWP + idx % GPWP;
+  }
 };
 
 template <int NT8> struct Lay {
@@ -733,7 +751,7 @@ template <int NT8> struct Lay {
   static constexpr int DV_OFF = DK_OFF + NST * BT * NG * 2;
   static constexpr int Q_OFF = DV_OFF + NST * BT * NG * 2;
   static constexpr int P_OFF = Q_OFF + NCH * NT8 * 32 * 16;
-  static constexpr int RED_OFF = P_OFF + NG * BT * PST * 2;
+  static constexpr int RED_OFF = P_OFF + Cfg<NT8>::NGP * BT * PST * 2;   // one phase of P'
   static constexpr int L_OFF = RED_OFF + NCOL * NW * 4;
   static constexpr int M_OFF = L_OFF + NCOL * NW * 4;
   static constexpr int QMAX_OFF = M_OFF + NCOL * 4;
@@ -827,7 +845,8 @@ __device__ __forceinline__ void partials_q8_mma(
   using L = Lay<NT8>;
   constexpr int NCOL = L::NCOL;
   constexpr int NW = Cfg<NT8>::NW, NT = Cfg<NT8>::NT, BT = Cfg<NT8>::BT, GPW = Cfg<NT8>::GPW;
-  constexpr int NST = Cfg<NT8>::NST;
+  constexpr int NST = Cfg<NT8>::NST, PH = Cfg<NT8>::PH, NGP = Cfg<NT8>::NGP;
+  constexpr int GPWP = Cfg<NT8>::GPWP;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* sK = smem + L::K_OFF;
   unsigned char* sV = smem + L::V_OFF;
@@ -857,11 +876,15 @@ __device__ __forceinline__ void partials_q8_mma(
   auto row_len = [&](int b) { return sel != nullptr ? n_sel : base_pos + b + 1; };
 
   // ---- per-row split ranges and their union -------------------------------------------------
-  int L0 = 0x7fffffff, L1 = 0;
+  // [I0, I1): positions inside every row's range (empty when a row's split is empty); a warp
+  // whose 16 positions all lie there skips the mask
+  int L0 = 0x7fffffff, L1 = 0, I0 = 0, I1 = 0x7fffffff;
   for (int b = 0; b < nb; ++b) {
     int lo, hi;
     split_range(row_len(b), S, split, lo, hi);
     if (lo < hi) { L0 = min(L0, lo); L1 = max(L1, hi); }
+    I0 = max(I0, lo);
+    I1 = min(I1, hi);
   }
   if (L0 >= L1) {                              // every row's split is empty (golden: -inf, 0, 0)
     for (int p = tid; p < ncv * HD; p += NT) {
@@ -927,12 +950,26 @@ __device__ __forceinline__ void partials_q8_mma(
   }
 
   // ---- q: scale, max, power-of-two pre-scale, fp16 hi/lo fragments --------------------------
+  // One pass over global memory with every load in flight: a thread holds NQ4 float4s of q
+  // (column c, dims 4*d4 .. 4*d4+3), and each float4 is exactly one fragment entry sQ[p], so
+  // the same thread writes it after the max. (Two strided loops here, one load per round trip,
+  // took ~10% of the nb 4 kernel's samples: ncu, TUNING.md session 4.)
   const float* qg = q + (size_t)g * NREP * HD;           // row b: + b*nh*HD
-  float qmax = 0.f;
-  for (int p = tid; p < ncv * HD; p += NT) {
-    const int c = p / HD, b = c / NREP, r = c % NREP;
-    qmax = fmaxf(qmax, fabsf(qg[((size_t)b * nh + r) * HD + p % HD] * qscale));
+  constexpr int NQ4 = NCOL * HD / 4 / NT;
+  static_assert((NCOL * HD / 4) % NT == 0, "q float4 layout");
+  float4 qv[NQ4];
+#pragma unroll
+  for (int i = 0; i < NQ4; ++i) {
+    const int p4 = tid + i * NT, c = p4 / (HD / 4), d4 = p4 % (HD / 4);
+    qv[i] = c < ncv ? *reinterpret_cast<const float4*>(
+                          qg + ((size_t)(c / NREP) * nh + c % NREP) * HD + 4 * d4)
+                    : make_float4(0.f, 0.f, 0.f, 0.f);
   }
+  float qmax = 0.f;
+#pragma unroll
+  for (int i = 0; i < NQ4; ++i)
+    qmax = fmaxf(fmaxf(fmaxf(qmax, fabsf(qv[i].x * qscale)), fabsf(qv[i].y * qscale)),
+                 fmaxf(fabsf(qv[i].z * qscale), fabsf(qv[i].w * qscale)));
   qmax = warp_max(qmax);
   if (lane == 0) sQmax[warp] = qmax;
   __syncthreads();
@@ -948,23 +985,20 @@ __device__ __forceinline__ void partials_q8_mma(
   }
   const float qmul = qscale * ldexpf(1.f, e);
   const float sinv = ldexpf(1.f, -e);          // scores = (accumulated) * 2^-e
-  for (int p = tid; p < NCH * NT8 * 32; p += NT) {
-    const int ln = p & 31, n8 = (p >> 5) % NT8, ch = (p >> 5) / NT8;
-    const int c = n8 * 8 + (ln >> 2), d0 = ch * 16 + (ln & 3) * 4;
-    float x[4] = {0.f, 0.f, 0.f, 0.f};
-    if (c < ncv) {
-      const float* src = qg + ((size_t)(c / NREP) * nh + c % NREP) * HD + d0;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) x[i] = src[i] * qmul;
-    }
+  for (int i = 0; i < NQ4; ++i) {
+    // fragment entry of (c, d4): chunk d4 / 4, n8 = c / 8, lane (c % 8) * 4 + d4 % 4
+    const int p4 = tid + i * NT, c = p4 / (HD / 4), d4 = p4 % (HD / 4);
+    const float x[4] = {qv[i].x * qmul, qv[i].y * qmul, qv[i].z * qmul, qv[i].w * qmul};
     float hi[4], lo[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      hi[i] = __half2float(__float2half_rn(x[i]));
-      lo[i] = x[i] - hi[i];                    // exact in fp32
+    for (int k = 0; k < 4; ++k) {
+      hi[k] = __half2float(__float2half_rn(x[k]));
+      lo[k] = x[k] - hi[k];                    // exact in fp32
     }
-    sQ[p] = make_uint4(pack_h2(hi[0], hi[1]), pack_h2(hi[2], hi[3]), pack_h2(lo[0], lo[1]),
-                       pack_h2(lo[2], lo[3]));
+    sQ[((d4 / 4) * NT8 + c / 8) * 32 + (c % 8) * 4 + d4 % 4] =
+        make_uint4(pack_h2(hi[0], hi[1]), pack_h2(hi[2], hi[3]), pack_h2(lo[0], lo[1]),
+                   pack_h2(lo[2], lo[3]));
   }
 
   // ---- per-thread column state: columns 8*n8 + 2*tig + j ------------------------------------
@@ -1013,10 +1047,10 @@ __device__ __forceinline__ void partials_q8_mma(
     {
       const int trow = warp * 16 + lrow;
       const unsigned kbase = smem_u32(sK + (buf * BT + trow) * HD);
-      // d_k read per group (this loop is only partly unrolled: a preloaded register array
-      // indexed by gi would go to local memory, as it did in v2c)
+      // d_k read per group from shared memory (where this loop is only partly unrolled, a
+      // preloaded register array indexed by gi goes to local memory, as it did in v2c)
       const __half* dkr = sDk + (buf * BT + warp * 16 + gid) * NG;
-#pragma unroll UNROLL_G
+#pragma unroll Cfg<NT8>::UG
       for (int gi = 0; gi < NG; ++gi) {
         unsigned r0, r1, r2, r3;
         ldsm_x4(kbase + (((2 * gi + lch) ^ swz) << 4), r0, r1, r2, r3);
@@ -1042,16 +1076,31 @@ __device__ __forceinline__ void partials_q8_mma(
         }
       }
     }
-    // mask per column, then the column max over the warp's 16 tokens
-    const int ta = t0 + warp * 16 + gid, tb = ta + 8;
+    // mask per column (not needed where the warp's 16 positions are inside every row's range:
+    // columns past ncv then see finite scores of a zero q, and nothing of theirs is written),
+    // then the column max over the warp's 16 tokens
+    const int tw = t0 + warp * 16;
+    if (tw >= I0 && tw + 16 <= I1) {
+#pragma unroll
+      for (int n8 = 0; n8 < NT8; ++n8)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[n8][i] *= sinv;
+    } else {
+      const int ta = tw + gid, tb = ta + 8;
+#pragma unroll
+      for (int n8 = 0; n8 < NT8; ++n8)
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          const bool va = ta >= clo[n8][jj] && ta < chi[n8][jj];
+          const bool vb = tb >= clo[n8][jj] && tb < chi[n8][jj];
+          s[n8][jj] = va ? s[n8][jj] * sinv : -inf_f();
+          s[n8][2 + jj] = vb ? s[n8][2 + jj] * sinv : -inf_f();
+        }
+    }
 #pragma unroll
     for (int n8 = 0; n8 < NT8; ++n8)
 #pragma unroll
       for (int jj = 0; jj < 2; ++jj) {
-        const bool va = ta >= clo[n8][jj] && ta < chi[n8][jj];
-        const bool vb = tb >= clo[n8][jj] && tb < chi[n8][jj];
-        s[n8][jj] = va ? s[n8][jj] * sinv : -inf_f();
-        s[n8][2 + jj] = vb ? s[n8][2 + jj] * sinv : -inf_f();
         float mx = fmaxf(s[n8][jj], s[n8][2 + jj]);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
@@ -1060,10 +1109,11 @@ __device__ __forceinline__ void partials_q8_mma(
       }
     __syncthreads();
 
-    // ---- B: online softmax, P' = fp16(p * d_v * 2^PS) per group ----------------------------
+    // ---- B: online softmax; then per phase, P' = fp16(p * d_v * 2^PS) for its groups and ---
+    // ---- C: O^T[dims of this warp, cols] += V^T . P'^T over them ----------------------------
     float alpha[NT8][2];
+    float pa[NT8][2], pb[NT8][2];
     {
-      float pa[NT8][2], pb[NT8][2];
 #pragma unroll
       for (int n8 = 0; n8 < NT8; ++n8)
 #pragma unroll
@@ -1075,61 +1125,72 @@ __device__ __forceinline__ void partials_q8_mma(
           const float mo = mrun[n8][jj];
           const float mn = fmaxf(mo, mb);
           alpha[n8][jj] = mo == mn ? 1.f : ex2(mo - mn);
-          const float sa = s[n8][jj], sb = s[n8][2 + jj];
-          const float p0 = sa == -inf_f() ? 0.f : ex2(sa - mn);
-          const float p1 = sb == -inf_f() ? 0.f : ex2(sb - mn);
+          // ex2(-inf) = 0 covers masked scores; mn = -inf only when all of them are
+          const float mz = mn == -inf_f() ? 0.f : mn;
+          const float p0 = ex2(s[n8][jj] - mz), p1 = ex2(s[n8][2 + jj] - mz);
           lpart[n8][jj] = fmaf(lpart[n8][jj], alpha[n8][jj], p0 + p1);
           mrun[n8][jj] = mn;
           pa[n8][jj] = p0 * float(1 << MMA_PS);         // exact: the P' scale 2^PS
           pb[n8][jj] = p1 * float(1 << MMA_PS);
         }
-      float dva[NG], dvb[NG];
-      load_scales(sDv + (buf * BT + warp * 16 + gid) * NG, dva);
-      load_scales(sDv + (buf * BT + warp * 16 + gid + 8) * NG, dvb);
-      const int prow = warp * 16 + gid;
+    }
+    // rescale O only when some column's max moved (late in a split it rarely does: the
+    // multiplies by 1 are skipped, warp-uniformly, and the result is the same bit for bit)
+    bool moved = false;
 #pragma unroll
-      for (int G = 0; G < NG; ++G) {
-        const float da = dva[G], db = dvb[G];
-        unsigned* pr = reinterpret_cast<unsigned*>(sP + (G * BT + prow) * L::PST + 2 * tig);
+    for (int n8 = 0; n8 < NT8; ++n8) moved |= alpha[n8][0] != 1.f || alpha[n8][1] != 1.f;
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mt = 0; mt < 2 * GPW; ++mt)
+#pragma unroll
+        for (int n8 = 0; n8 < NT8; ++n8) {
+          O[mt][n8][0] *= alpha[n8][0];
+          O[mt][n8][1] *= alpha[n8][1];
+          O[mt][n8][2] *= alpha[n8][0];
+          O[mt][n8][3] *= alpha[n8][1];
+        }
+    }
+    float dva[NG], dvb[NG];
+    load_scales(sDv + (buf * BT + warp * 16 + gid) * NG, dva);
+    load_scales(sDv + (buf * BT + warp * 16 + gid + 8) * NG, dvb);
+    const int prow = warp * 16 + gid;
+#pragma unroll
+    for (int ph = 0; ph < PH; ++ph) {
+      if (ph > 0) __syncthreads();             // phase ph - 1's P' fully read
+#pragma unroll
+      for (int Gp = 0; Gp < NGP; ++Gp) {
+        const float da = dva[ph * NGP + Gp], db = dvb[ph * NGP + Gp];
+        unsigned* pr = reinterpret_cast<unsigned*>(sP + (Gp * BT + prow) * L::PST + 2 * tig);
 #pragma unroll
         for (int n8 = 0; n8 < NT8; ++n8) {
           pr[n8 * 4] = pack_h2(pa[n8][0] * da, pa[n8][1] * da);
           pr[8 * L::PST / 2 + n8 * 4] = pack_h2(pb[n8][0] * db, pb[n8][1] * db);
         }
       }
-    }
-    __syncthreads();
-
-    // ---- C: O^T[dims of this warp, cols] += V^T . P'^T --------------------------------------
+      __syncthreads();
 #pragma unroll
-    for (int mt = 0; mt < 2 * GPW; ++mt)
+      for (int ks = 0; ks < NW; ++ks) {
+        const unsigned vbase = smem_u32(sV + (buf * BT + ks * 16 + lrow) * HD);
 #pragma unroll
-      for (int n8 = 0; n8 < NT8; ++n8) {
-        O[mt][n8][0] *= alpha[n8][0];
-        O[mt][n8][1] *= alpha[n8][1];
-        O[mt][n8][2] *= alpha[n8][0];
-        O[mt][n8][3] *= alpha[n8][1];
-      }
+        for (int glp = 0; glp < GPWP; ++glp) {
+          const int gl = ph * GPWP + glp;      // the warp's group index: O tiles 2gl, 2gl+1
+          const int G = Cfg<NT8>::group(warp, gl);
+          unsigned r0, r1, r2, r3;
+          ldsm_x4_t(vbase + (((2 * G + lch) ^ swz) << 4), r0, r1, r2, r3);
+          r0 ^= 0x80808080u; r1 ^= 0x80808080u; r2 ^= 0x80808080u; r3 ^= 0x80808080u;
+          const unsigned a00 = i8x2_to_h2(r0, 0x4240), a01 = i8x2_to_h2(r0, 0x4341),
+                         a02 = i8x2_to_h2(r1, 0x4240), a03 = i8x2_to_h2(r1, 0x4341);
+          const unsigned a10 = i8x2_to_h2(r2, 0x4240), a11 = i8x2_to_h2(r2, 0x4341),
+                         a12 = i8x2_to_h2(r3, 0x4240), a13 = i8x2_to_h2(r3, 0x4341);
+          const unsigned pbase =
+              smem_u32(sP + ((G - ph * NGP) * BT + ks * 16 + (lane & 15)) * L::PST);
 #pragma unroll
-    for (int ks = 0; ks < NW; ++ks) {
-      const unsigned vbase = smem_u32(sV + (buf * BT + ks * 16 + lrow) * HD);
-#pragma unroll
-      for (int gl = 0; gl < GPW; ++gl) {
-        const int G = warp * GPW + gl;
-        unsigned r0, r1, r2, r3;
-        ldsm_x4_t(vbase + (((2 * G + lch) ^ swz) << 4), r0, r1, r2, r3);
-        r0 ^= 0x80808080u; r1 ^= 0x80808080u; r2 ^= 0x80808080u; r3 ^= 0x80808080u;
-        const unsigned a00 = i8x2_to_h2(r0, 0x4240), a01 = i8x2_to_h2(r0, 0x4341),
-                       a02 = i8x2_to_h2(r1, 0x4240), a03 = i8x2_to_h2(r1, 0x4341);
-        const unsigned a10 = i8x2_to_h2(r2, 0x4240), a11 = i8x2_to_h2(r2, 0x4341),
-                       a12 = i8x2_to_h2(r3, 0x4240), a13 = i8x2_to_h2(r3, 0x4341);
-        const unsigned pbase = smem_u32(sP + (G * BT + ks * 16 + (lane & 15)) * L::PST);
-#pragma unroll
-        for (int n8 = 0; n8 < NT8; ++n8) {
-          unsigned b0, b1;
-          ldsm_x2_t(pbase + n8 * 16, b0, b1);
-          mma16816(O[2 * gl][n8], a00, a01, a02, a03, b0, b1);
-          mma16816(O[2 * gl + 1][n8], a10, a11, a12, a13, b0, b1);
+          for (int n8 = 0; n8 < NT8; ++n8) {
+            unsigned b0, b1;
+            ldsm_x2_t(pbase + n8 * 16, b0, b1);
+            mma16816(O[2 * gl][n8], a00, a01, a02, a03, b0, b1);
+            mma16816(O[2 * gl + 1][n8], a10, a11, a12, a13, b0, b1);
+          }
         }
       }
     }
@@ -1162,7 +1223,7 @@ __device__ __forceinline__ void partials_q8_mma(
   const float ounscale = 1.f / float(1 << MMA_PS);
 #pragma unroll
   for (int mt = 0; mt < 2 * GPW; ++mt) {
-    const int d = 16 * (2 * (warp * GPW + mt / 2) + (mt & 1)) + 2 * gid;
+    const int d = 16 * (2 * Cfg<NT8>::group(warp, mt / 2) + (mt & 1)) + 2 * gid;
 #pragma unroll
     for (int n8 = 0; n8 < NT8; ++n8)
 #pragma unroll

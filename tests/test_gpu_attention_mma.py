@@ -218,7 +218,7 @@ def test_selective_rows_with_own_lists_stay_apart(cp, gpu, rng):
     checked against golden over its own list."""
     cfg, T, S = make_cfg(128, 2), 900, 4
     gc, cache = make_cache(gpu, cfg, T, rng)
-    lists = [selection(rng, T, 5, 32), selection(rng, T, 9, 32)]
+    lists = [selection(rng, T - 1, 5, 32), selection(rng, T, 9, 32)]   # row b sees T - 1 + b
     W = max(map(len, lists))
     sel_idx = np.full((2, W), -1, np.int32)
     for b, idx in enumerate(lists):
@@ -260,6 +260,23 @@ def test_mma_matches_v1(cp, gpu, rng):
     b = cp.asnumpy(gpu.decode_attention(qd, cache, T - nb, n_splits=9, impl="v1"))
     *_, rout, routa = reference(gc, cp.asnumpy(qd), T - nb, 9)
     assert np.abs(a - b).max() <= 1.01 * U16 * routa.max() + 4 * REL * max(1, np.abs(b).max())
+
+
+def test_mma_misaligned_q_view(cp, gpu, rng):
+    """The kernel reads q as float4: a C-contiguous view at a 4-byte offset gives the same
+    output, bit for bit, as an aligned q (the wrapper copies it)."""
+    cfg = make_cfg(256, 6)
+    T, nb = 700, 2
+    _, cache = make_cache(gpu, cfg, T, rng)
+    q = cp.asarray(make_q(cfg, nb, rng))
+    flat = cp.empty(q.size + 1, cp.float32)
+    qv = flat[1:].reshape(q.shape)
+    qv[...] = q
+    assert qv.flags.c_contiguous and qv.data.ptr % 16
+    a = gpu.decode_attention(q, cache, T - nb, n_splits=5)
+    b = gpu.decode_attention(qv, cache, T - nb, n_splits=5)
+    assert gpu_attention.LAST_IMPL == "mma"
+    cp.testing.assert_array_equal(a, b)
 
 
 def test_impl_choice(cp, gpu, rng):

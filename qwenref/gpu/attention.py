@@ -187,19 +187,28 @@ def _mma_nw(hd, nt8):
     return _opt_value("MMA_NW", 0) or 4
 
 
-def _mma_nst(nt8):
+def _mma_two_ctas(hd, nt8):
+    return nt8 <= 2 or (nt8 == 3 and hd == 256)
+
+
+def _mma_nst(hd, nt8):
     """Pipeline stages of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Cfg in the .cu."""
-    return _opt_value("MMA_NSTAGE", 0) or (3 if nt8 >= 3 else 2)
+    return _opt_value("MMA_NSTAGE", 0) or (2 if _mma_two_ctas(hd, nt8) else 3)
+
+
+def _mma_pphase(hd, nt8):
+    """P' phases per block of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Cfg in the .cu."""
+    return _opt_value("MMA_PPHASE", 0) or (2 if (nt8 == 3 and hd == 256) else 1)
 
 
 def _mma_smem_bytes(hd, nt8):
     """Dynamic shared memory of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Lay in the .cu
     (test_gpu_attention_mma checks it against the kernel's own attn_mma_smem_bytes)."""
-    nw, nst = _mma_nw(hd, nt8), _mma_nst(nt8)
+    nw, nst, ph = _mma_nw(hd, nt8), _mma_nst(hd, nt8), _mma_pphase(hd, nt8)
     bt, ng, nch, ncol = 16 * nw, hd // 32, hd // 16, 8 * nt8
     pst = 8 * (nt8 if nt8 % 2 else nt8 + 1)
-    return (2 * nst * bt * hd + 2 * nst * bt * ng * 2 + nch * nt8 * 32 * 16 + ng * bt * pst * 2
-            + 2 * ncol * nw * 4 + ncol * 4 + nw * 4)
+    return (2 * nst * bt * hd + 2 * nst * bt * ng * 2 + nch * nt8 * 32 * 16
+            + (ng // ph) * bt * pst * 2 + 2 * ncol * nw * 4 + ncol * 4 + nw * 4)
 
 
 def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
@@ -321,6 +330,8 @@ def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None,
     qscale = np.float32(hd ** -0.5 * LOG2E)
     LAST_IMPL = which
     if which == "mma":
+        if q.data.ptr % 16:        # the kernel reads q as float4: a contiguous view at an odd
+            q = q.copy()           # offset gets an aligned copy (nb * nh * hd floats)
         kern((nkv, S), (threads,),
              (q, kd, ks, vd, vs, np.int32(max_t), np.int32(base_pos), np.int32(nb),
               sel_idx if sel_idx is not None else _NULL, sel_n if sel_n is not None else _NULL,
