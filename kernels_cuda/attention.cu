@@ -673,21 +673,26 @@ extern "C" __global__ void __launch_bounds__(COMBINE_NT) attn_combine(
 //  B (softmax) every thread combines the NW warp maxima of its columns (all warps hold the same
 //              running max m), alpha = 2^(m_old - m_new), p = 2^(s - m_new), per-thread partial l,
 //              and writes P'[g][t][c] = fp16(p * d_v[t,g] * 2^PS) for every 32-dim group g
-//              (the V scale folded into the B operand of P.V; 2^PS keeps P' normal).
-//  C (P.V)     warp w owns dims [w*hd/NW, (w+1)*hd/NW): O^T[dims, c] += V^T[dims, t] . P'^T[t, c],
+//              (the V scale folded into the B operand of P.V; 2^PS keeps P' normal) — in PH
+//              phases of NG/PH groups, each followed by its part of C (PH = 2 at NT8 = 3, hd 256:
+//              half the P' buffer lets two CTAs share an SM).
+//  C (P.V)     each warp owns NG/NW groups of dims (Cfg::group):
+//              O^T[dims, c] += V^T[dims, t] . P'^T[t, c],
 //              A = V^T via ldmatrix.trans (token pairs per dim, int8 -> fp16 by PRMT), B = P'^T via
 //              ldmatrix.trans. O^T accumulators stay in registers across blocks (rescaled by alpha).
 // End: l summed over lanes and warps; o = O * 2^-PS written straight from the accumulators.
 //
-// Measured (H200, 27B shape, TUNING.md): T = 128k nb 1 74 us (~3.85 TB/s, the copy rate), nb 4
-// 127 us; v1 368 / 2489 us. Check `nvcc -Xptxas -v`: 0 bytes stack frame (a register array
-// indexed inside the partly unrolled group loop went to local memory once and cost 27%).
+// Measured (H200, 27B shape, TUNING.md, graph replay): T = 128k partials nb 1 72-74 us (~3.9
+// TB/s, the copy rate), nb 4 100-101 us (57e09ef); v1 364 / 2413 us. Check `nvcc -Xptxas -v`
+// (python -m qwenref.gpu.compile_check): 0 bytes stack frame (a register array indexed inside a
+// partly unrolled group loop went to local memory once and cost 27%).
 //
 // Precision (vs golden float64): scores ~2^-22 relative (q hi/lo; int8 exact; fp32 sums), like
 // v1. P' is rounded to fp16: each weight p_t*d_t carries a relative error <= 2^-11, so
 // |o - o_golden| <= 2^-11 * sum_t p_t |v_t| (+ float32 terms): at most 2^-11 * max|v| on the
 // output, typically far less (independent roundings average out). Needs d_v * 2^PS <= 65504
-// (d_v <= 256, i.e. |v| <= 32512 before quantization). Sparse V and selective rows use v1.
+// (d_v <= 256, i.e. |v| <= 32512 before quantization). Sparse V uses v1; one selective row
+// (nb 1) reads its token list through sel_idx in attn_partials_q8_mma_sel_n1.
 // =============================================================================================
 
 #ifndef MMA_NW
