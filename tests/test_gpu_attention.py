@@ -20,6 +20,8 @@ import qwenref
 import qwenref.gpu.attention as gpu_attention
 from qwenref import golden
 
+from gpu_checks import assert_partials_close
+
 pytestmark = pytest.mark.gpu
 
 REL = 2e-5
@@ -83,20 +85,7 @@ def reference(gc, q, vis, n_splits, sparse_v=0.0, gate=None):
 
 def assert_close(cp, got, ref, what, rel=REL):
     """|got - ref| <= rel * (max(1, max|ref|) + |ref|) elementwise; -inf must match exactly."""
-    got = cp.asnumpy(got)
-    ref = np.asarray(ref)
-    assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
-    ninf = np.isneginf(ref)
-    assert (np.isneginf(got) == ninf).all(), f"{what}: -inf (empty split) pattern differs"
-    g, r = got[~ninf], ref[~ninf]
-    assert np.isfinite(g).all(), f"{what}: non-finite values (NaN poison not overwritten?)"
-    if r.size == 0:
-        return
-    scale = max(1.0, float(np.abs(r).max()))
-    err = np.abs(g - r)
-    tol = rel * (scale + np.abs(r))
-    assert (err <= tol).all(), (f"{what}: max err {err.max():.3g} (tol {tol[err.argmax()]:.3g}) "
-                                f"at flat index {err.argmax()}, scale {scale:.3g}")
+    assert_partials_close(cp, got, ref, what, rel)
 
 
 def assert_meaningful(gc, q, vis):

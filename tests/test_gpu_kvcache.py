@@ -4,7 +4,7 @@ model, and gpu.KVCache appends against golden.KVCache.
 Turbo appends rotate by a float32 WHT (golden: float64), so a rotated value on a code boundary
 may code one level apart from the golden cache. The tests therefore compare the stored codes
 and scales BIT-EXACTLY with the golden quantizer applied to the kernel's own rotation, which is
-reproduced exactly by wht_f32 below (float32 butterflies in the kernel's pass order; gpu.wht is
+reproduced exactly by gpu_checks.wht_f32 (float32 butterflies in the kernel's pass order; gpu.wht is
 checked against the same emulation in test_gpu_wht.py). Against the real golden cache they are
 compared through the dequantized values, within one code step (+ one float16 ulp of the scale).
 """
@@ -16,25 +16,12 @@ from qwenref import golden
 from qwenref.golden import kvcache as gk
 from qwenref.gpu import kvcache as gpu_kv
 
+from gpu_checks import wht_f32
+
 pytestmark = pytest.mark.gpu
 
 KINDS = gk.CACHE_KINDS
 EPS32 = np.finfo(np.float32).eps  # 2**-23
-
-
-def wht_f32(x):
-    """The kernel's rotation in numpy float32 (see test_gpu_wht.wht_f32): passes h = 1, 2, ...
-    of (a, b) -> (a + b, a - b), then one multiply by float32(1 / float32(sqrt(n)))."""
-    x = np.asarray(x, np.float32)
-    n = x.shape[-1]
-    y = x.reshape(-1, n).copy()
-    h = 1
-    while h < n:
-        y = y.reshape(-1, n // (2 * h), 2, h)
-        a, b = y[:, :, 0, :], y[:, :, 1, :]
-        y = np.stack((a + b, a - b), axis=2).reshape(-1, n)
-        h *= 2
-    return (y * (np.float32(1) / np.sqrt(np.float32(n)))).reshape(x.shape)
 
 
 def bits_of(a):

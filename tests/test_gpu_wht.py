@@ -7,26 +7,11 @@ from qwenref import golden
 from qwenref.gpu.wht import WHT_SIZES
 from qwenref.gpu.wht import wht as gpu_wht
 
+from gpu_checks import wht_f32
+
 pytestmark = pytest.mark.gpu
 
 EPS32 = np.finfo(np.float32).eps  # 2**-23
-
-
-def wht_f32(x):
-    """What the kernel computes, in numpy float32: butterfly passes h = 1, 2, 4, ... each
-    (a, b) -> (a + b, a - b), then one multiply by float32(1 / float32(sqrt(n))). Every step
-    is one IEEE float32 operation, so the kernel must match this bit for bit."""
-    x = np.asarray(x, np.float32)
-    n = x.shape[-1]
-    y = x.reshape(-1, n).copy()
-    h = 1
-    while h < n:
-        y = y.reshape(-1, n // (2 * h), 2, h)
-        a, b = y[:, :, 0, :], y[:, :, 1, :]
-        y = np.stack((a + b, a - b), axis=2).reshape(-1, n)
-        h *= 2
-    scale = np.float32(1) / np.sqrt(np.float32(n))
-    return (y * scale).reshape(x.shape)
 
 
 def make_x(rng, rows, n):
