@@ -145,6 +145,17 @@ def test_gemv_q8_residual_epilogue(cp, rng):
                                  _dot_bound(x, wdq) + 2 * EPS32 * np.abs(r) + 1e-30)
 
 
+def _check_parts(flat, parts, sizes, nb, ref, bound):
+    """Every element of the flat buffer written; part i is a contiguous [nb, sizes[i]] array
+    matching columns sum(sizes[:i]) .. + sizes[i] of ref within bound."""
+    assert np.isfinite(flat.get()).all()
+    s = 0
+    for p, n in zip(parts, sizes):
+        assert p.shape == (nb, n) and p.flags.c_contiguous
+        np.testing.assert_array_less(np.abs(p.get() - ref[:, s:s + n]), bound[:, s:s + n] + 1e-30)
+        s += n
+
+
 @pytest.mark.parametrize("nb", [1, 3, 10])
 def test_gemv_q8_segments_write_each_part_contiguously(cp, rng, nb):
     from qwenref.gpu.gemv import gemv_q8_segments
@@ -158,12 +169,7 @@ def test_gemv_q8_segments_write_each_part_contiguously(cp, rng, nb):
     bound = _dot_bound(x, wdq)
     flat = cp.full((nb * sum(sizes),), cp.nan, cp.float32)
     parts = gemv_q8_segments(cp.asarray(x), q, d, np.cumsum(sizes)[:-1], out=flat)
-    assert np.isfinite(flat.get()).all()
-    s = 0
-    for p, n in zip(parts, sizes):
-        assert p.shape == (nb, n) and p.flags.c_contiguous
-        np.testing.assert_array_less(np.abs(p.get() - ref[:, s:s + n]), bound[:, s:s + n] + 1e-30)
-        s += n
+    _check_parts(flat, parts, sizes, nb, ref, bound)
 
 
 @pytest.mark.parametrize("nb", [1, 4, 9])
@@ -228,12 +234,7 @@ def test_gemv_f32_segments_and_swiglu(cp, rng, nb):
     ref, bound = golden.linear(x, w), _dot_bound(x, w)
     flat = cp.full((nb * sum(sizes),), cp.nan, cp.float32)
     parts = gemv_segments(cp.asarray(x), cp.asarray(w), None, np.cumsum(sizes)[:-1], out=flat)
-    assert np.isfinite(flat.get()).all()
-    s = 0
-    for p, n in zip(parts, sizes):
-        assert p.shape == (nb, n) and p.flags.c_contiguous
-        np.testing.assert_array_less(np.abs(p.get() - ref[:, s:s + n]), bound[:, s:s + n] + 1e-30)
-        s += n
+    _check_parts(flat, parts, sizes, nb, ref, bound)
     n_act = 37                                               # odd: a CTA with a lone pair
     wg, wu = _weights(rng, n_act, n_in, 0.3), _weights(rng, n_act, n_in, 0.3)
     out = cp.full((nb, n_act), cp.nan, cp.float32)

@@ -165,31 +165,29 @@ def _check_inputs(x, w, d):
     return n_out
 
 
+def _gemv(kind, x, w, d, out, residual):
+    """gemv_q8 / gemv_f32 after their own checks: inputs, out [nb, n_out], residual, launch."""
+    n_out = _check_inputs(x, w, d)
+    nb = x.shape[0]
+    y = out_array("out", out, (nb, n_out), cupy().float32)
+    if residual is not None:
+        check_array("residual", residual, dtype="float32", shape=(nb, n_out))
+    return _launch(kind, x, w, d, y, resid=residual)
+
+
 def gemv_q8(x, q, d, out=None, residual=None):
     """y = x @ (q · float32(d)).T (+ residual), float32. x [nb, in], q int8 [out, in],
     d float16 [out, in // 32] -> [nb, out]. Weights are read once for up to 8 rows."""
-    cp = cupy()
     if d is None:
         raise TypeError("d (the float16 scales) must be a cupy array, got None")
-    n_out = _check_inputs(x, q, d)
-    nb = x.shape[0]
-    y = out_array("out", out, (nb, n_out), cp.float32)
-    if residual is not None:
-        check_array("residual", residual, dtype="float32", shape=(nb, n_out))
-    return _launch("q8", x, q, d, y, resid=residual)
+    return _gemv("q8", x, q, d, out, residual)
 
 
 def gemv_f32(x, w, out=None, residual=None):
     """y = x @ w.T (+ residual), float32, by gemv.cu (no cuBLAS: capturable in a CUDA graph).
     x [nb, in], w float32 [out, in] with in % 4 == 0 -> [nb, out]. Weights are read once for
     up to 8 rows (nb > 8 runs in chunks of 8: use linear() for prefill-sized nb)."""
-    cp = cupy()
-    n_out = _check_inputs(x, w, None)
-    nb = x.shape[0]
-    y = out_array("out", out, (nb, n_out), cp.float32)
-    if residual is not None:
-        check_array("residual", residual, dtype="float32", shape=(nb, n_out))
-    return _launch("f32", x, w, None, y, resid=residual)
+    return _gemv("f32", x, w, None, out, residual)
 
 
 def gemv_segments(x, w, d, seg_ends, out=None):
