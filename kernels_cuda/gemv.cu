@@ -205,9 +205,9 @@ __device__ __forceinline__ void gemv_body(
     y[idx] = v;
 }
 
-#define GEMV_KERNEL(KIND, ISQ8, NB, ROWS, THREADS, UNROLL)                                      \
-    extern "C" __global__ void __launch_bounds__(THREADS)                                      \
-    gemv_##KIND##_nb##NB##_r##ROWS##t##THREADS##u##UNROLL(                                     \
+// One gemv_body instantiation as an extern "C" kernel NAME with __launch_bounds__ BOUNDS.
+#define GEMV_KERNEL_AS(NAME, BOUNDS, ISQ8, NB, ROWS, THREADS, UNROLL)                           \
+    extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                  \
             const float* __restrict__ x, const void* __restrict__ w,                           \
             const __half* __restrict__ d, float* __restrict__ y,                               \
             const float* __restrict__ resid, int n_in, int n_out, int e0, int e1, int e2,      \
@@ -216,18 +216,15 @@ __device__ __forceinline__ void gemv_body(
                                                    e3, b0, nb_total, mode);                    \
     }
 
+#define GEMV_KERNEL(KIND, ISQ8, NB, ROWS, THREADS, UNROLL)                                      \
+    GEMV_KERNEL_AS(gemv_##KIND##_nb##NB##_r##ROWS##t##THREADS##u##UNROLL, (THREADS), ISQ8, NB,  \
+                   ROWS, THREADS, UNROLL)
+
 // As GEMV_KERNEL with __launch_bounds__(THREADS, MINB) (a register cap: more CTAs per SM), name
 // suffix m<MINB>.
 #define GEMV_KERNEL_MB(KIND, ISQ8, NB, ROWS, THREADS, UNROLL, MINB)                             \
-    extern "C" __global__ void __launch_bounds__(THREADS, MINB)                                \
-    gemv_##KIND##_nb##NB##_r##ROWS##t##THREADS##u##UNROLL##m##MINB(                            \
-            const float* __restrict__ x, const void* __restrict__ w,                           \
-            const __half* __restrict__ d, float* __restrict__ y,                               \
-            const float* __restrict__ resid, int n_in, int n_out, int e0, int e1, int e2,      \
-            int e3, int b0, int nb_total, int mode) {                                          \
-        gemv_body<ISQ8, NB, ROWS, THREADS, UNROLL>(x, w, d, y, resid, n_in, n_out, e0, e1, e2, \
-                                                   e3, b0, nb_total, mode);                    \
-    }
+    GEMV_KERNEL_AS(gemv_##KIND##_nb##NB##_r##ROWS##t##THREADS##u##UNROLL##m##MINB,              \
+                   (THREADS, MINB), ISQ8, NB, ROWS, THREADS, UNROLL)
 
 // The configurations the wrappers use (qwenref/gpu/gemv.py _CFG picks one per kind and nb).
 GEMV_KERNEL(q8, true, 1, 4, 128, 2)
