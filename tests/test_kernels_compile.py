@@ -20,7 +20,11 @@ _BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
 
 
 def declared_kernels(source: str) -> set:
-    return set(_DECL.findall(_BOUNDS.sub(" ", source)))
+    """Kernels declared literally; #define bodies (joined over their line continuations) are
+    left out: a macro's kernel name is a parameter, its instances reach ptxas by their own."""
+    lines = source.replace("\\\n", " ").splitlines()
+    code = "\n".join(l for l in lines if not l.lstrip().startswith("#"))
+    return set(_DECL.findall(_BOUNDS.sub(" ", code)))
 
 
 @needs_nvcc
