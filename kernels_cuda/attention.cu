@@ -672,26 +672,29 @@ extern "C" __global__ void __launch_bounds__(COMBINE_NT) attn_combine(
 //              Column max over the warp's 16 tokens -> shared memory.
 //  B (softmax) every thread combines the NW warp maxima of its columns (all warps hold the same
 //              running max m), alpha = 2^(m_old - m_new), p = 2^(s - m_new), per-thread partial l,
-//              and writes P'[g][t][c] = fp16(p * d_v[t,g] * 2^PS) for every 32-dim group g
-//              (the V scale folded into the B operand of P.V; 2^PS keeps P' normal) — in PH
-//              phases of NG/PH groups, each followed by its part of C (PH = 2 at NT8 = 3, hd 256:
-//              half the P' buffer lets two CTAs share an SM).
+//              and writes P[t][c] = fp16(p * 2^PS) (2^PS keeps P normal) to shared memory.
 //  C (P.V)     each warp owns NG/NW groups of dims (Cfg::group):
-//              O^T[dims, c] += V^T[dims, t] . P'^T[t, c],
-//              A = V^T via ldmatrix.trans (token pairs per dim, int8 -> fp16 by PRMT), B = P'^T via
-//              ldmatrix.trans. O^T accumulators stay in registers across blocks (rescaled by alpha).
+//              O^T[dims, c] += V'^T[dims, t] . P^T[t, c],
+//              A = V'^T via ldmatrix.trans (token pairs per dim), int8 -> fp16 by PRMT, then times
+//              the half2 of the two tokens' scales (HMUL2: V' = fp16(code * d_v), the V scale
+//              folded into the A operand), B = P^T via ldmatrix.trans, once per 16 tokens for all
+//              groups. O^T accumulators stay in registers across blocks (rescaled by alpha).
+//              (Folding d_v into P instead, P'[g] = fp16(p * d_v[g]) per group, needs NG times the
+//              P buffer and its FMUL/F2FP per group: nb 4 at 128k 101.3 -> 97.3 us, TUNING.md.)
 // End: l summed over lanes and warps; o = O * 2^-PS written straight from the accumulators.
 //
 // Measured (H200, 27B shape, TUNING.md, graph replay): T = 128k partials nb 1 72-74 us (~3.9
-// TB/s, the copy rate), nb 4 100-101 us (57e09ef); v1 364 / 2413 us. Check `nvcc -Xptxas -v`
+// TB/s, the copy rate), nb 4 97 us; v1 364 / 2413 us. Check `nvcc -Xptxas -v`
 // (python -m qwenref.gpu.compile_check): 0 bytes stack frame (a register array indexed inside a
 // partly unrolled group loop went to local memory once and cost 27%).
 //
 // Precision (vs golden float64): scores ~2^-22 relative (q hi/lo; int8 exact; fp32 sums), like
-// v1. P' is rounded to fp16: each weight p_t*d_t carries a relative error <= 2^-11, so
-// |o - o_golden| <= 2^-11 * sum_t p_t |v_t| (+ float32 terms): at most 2^-11 * max|v| on the
-// output, typically far less (independent roundings average out). Needs d_v * 2^PS <= 65504
-// (d_v <= 256, i.e. |v| <= 32512 before quantization). Sparse V uses v1; one selective row
+// v1. P.V rounds twice to fp16, p * 2^PS and code * d_v, each with relative error <= u = 2^-11,
+// so each term p_t v_t is off by <= 2u + u^2 relative and |o - o_golden| <= (2u + u^2) *
+// sum_t p_t |v_t| (+ float32 terms): at most ~2^-10 * max|v| on the output, typically far less
+// (independent roundings average out). Range: |code * d_v| <= 65504 (|v| up to ~65000 before
+// quantization); a V' below 2^-14 (groups with max|v| < 127 * 2^-14 ~ 0.0078) is subnormal, with
+// an absolute error <= 2^-25 instead. Sparse V uses v1; one selective row
 // (nb 1) reads its token list through sel_idx in attn_partials_q8_mma_sel_n1.
 // =============================================================================================
 
@@ -707,9 +710,6 @@ extern "C" __global__ void __launch_bounds__(COMBINE_NT) attn_combine(
 #ifndef MMA_UNROLL_G
 #define MMA_UNROLL_G 0                         // score-loop unroll; 0 = Cfg's rule below
 #endif
-#ifndef MMA_PPHASE
-#define MMA_PPHASE 0                           // P' phases per block; 0 = Cfg's rule below
-#endif
 
 namespace mma_attn {
 
@@ -717,13 +717,11 @@ constexpr int NG = HD / 32;                    // q8 groups per token
 constexpr int NCH = HD / 16;                   // 16-byte chunks per token row
 static_assert(HD == 128 || HD == 256, "mma kernel: head_dim 128 or 256");
 
-// Warps per CTA (default 4), pipeline stages and P' phases. Two CTAs per SM (8 warps, two per
-// scheduler) is what keeps the tensor-core loop issuing; one CTA must keep two blocks in flight
-// by itself, so it takes 3 stages. NT8 <= 2 at hd 256 fits two CTAs with 2 stages. NT8 = 3 fits
-// two only when P' (the fp16 weights, NG groups x BT tokens x NCOL) is built for half the groups
-// at a time, PH = 2 phases per block (one more barrier): 154,480 -> 107,376 B, under the
-// 115,712 B that two CTAs may each take. NT8 = 4 stays one CTA (3 stages, one phase).
-// TUNING.md has the measurements behind each.
+// Warps per CTA (default 4) and pipeline stages. Two CTAs per SM (8 warps, two per scheduler) is
+// what keeps the tensor-core loop issuing; one CTA must keep two blocks in flight by itself, so
+// it takes 3 stages. NT8 <= 3 at hd 256 fits two CTAs with 2 stages (NT8 = 3: 98,160 B, under the
+// 115,712 B that two CTAs may each take). NT8 = 4 stays one CTA with 3 stages. TUNING.md has the
+// measurements behind each.
 template <int NT8> struct Cfg {
   static constexpr int NW = MMA_NW > 0 ? MMA_NW : 4;
   static constexpr bool TWO_CTAS = NT8 <= 2 || (NT8 == 3 && HD == 256);
@@ -736,27 +734,21 @@ template <int NT8> struct Cfg {
   // score loop over groups: unrolled fully (the HMMA chains of several groups interleave:
   // nb 4 at 128k 106.1 -> 101.0 us), except at NT8 = 4, which would spill at 255 registers
   static constexpr int UG = MMA_UNROLL_G > 0 ? MMA_UNROLL_G : (NT8 >= 4 ? 2 : NG);
-  static constexpr int PH = MMA_PPHASE > 0 ? MMA_PPHASE : (NT8 == 3 && HD == 256 ? 2 : 1);
-  static constexpr int NGP = NG / PH;          // groups per phase
-  static constexpr int GPWP = GPW / PH;        // groups per warp per phase
-  static_assert(GPW % PH == 0 && GPWP >= 1, "MMA_PPHASE must divide the groups per warp");
-  // the group of a warp's idx-th P.V group (idx = phase * GPWP + gl); PH = 1: warp * GPW + idx
-  static __device__ __forceinline__ int group(int warp, int idx) {
-    return (idx / GPWP) * NGP + warp * GPWP + idx % GPWP;
-  }
+  // the group of a warp's idx-th P.V group
+  static __device__ __forceinline__ int group(int warp, int idx) { return warp * GPW + idx; }
 };
 
 template <int NT8> struct Lay {
   static constexpr int NW = Cfg<NT8>::NW, BT = Cfg<NT8>::BT, NST = Cfg<NT8>::NST;
   static constexpr int NCOL = 8 * NT8;
-  static constexpr int PST = 8 * ((NT8 % 2) ? NT8 : NT8 + 1);   // P' row stride (halves)
+  static constexpr int PST = 8 * ((NT8 % 2) ? NT8 : NT8 + 1);   // P row stride (halves)
   static constexpr int K_OFF = 0;
   static constexpr int V_OFF = K_OFF + NST * BT * HD;
   static constexpr int DK_OFF = V_OFF + NST * BT * HD;
   static constexpr int DV_OFF = DK_OFF + NST * BT * NG * 2;
   static constexpr int Q_OFF = DV_OFF + NST * BT * NG * 2;
   static constexpr int P_OFF = Q_OFF + NCH * NT8 * 32 * 16;
-  static constexpr int RED_OFF = P_OFF + Cfg<NT8>::NGP * BT * PST * 2;   // one phase of P'
+  static constexpr int RED_OFF = P_OFF + BT * PST * 2;
   static constexpr int L_OFF = RED_OFF + NCOL * NW * 4;
   static constexpr int M_OFF = L_OFF + NCOL * NW * 4;
   static constexpr int QMAX_OFF = M_OFF + NCOL * 4;
@@ -806,6 +798,13 @@ __device__ __forceinline__ unsigned i8x2_to_h2(unsigned xb, unsigned sel) {
   __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&h), __float2half2_rn(1152.f));
   return *reinterpret_cast<unsigned*>(&r);
 }
+// the same, times the half2 of the two tokens' V scales: V' = fp16(b * d_v), one rounding
+__device__ __forceinline__ unsigned i8x2_to_h2_scaled(unsigned xb, unsigned sel, unsigned d2) {
+  const unsigned h = __byte_perm(xb, 0x64646464u, sel);
+  const __half2 r = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&h), __float2half2_rn(1152.f)),
+                            *reinterpret_cast<const __half2*>(&d2));
+  return *reinterpret_cast<const unsigned*>(&r);
+}
 // 2^x by MUFU.EX2 alone (exp2f adds a denormal-range fix-up: ~10 instructions); ex2(-inf) = 0
 __device__ __forceinline__ float ex2(float x) {
   float y;
@@ -850,8 +849,7 @@ __device__ __forceinline__ void partials_q8_mma(
   using L = Lay<NT8>;
   constexpr int NCOL = L::NCOL;
   constexpr int NW = Cfg<NT8>::NW, NT = Cfg<NT8>::NT, BT = Cfg<NT8>::BT, GPW = Cfg<NT8>::GPW;
-  constexpr int NST = Cfg<NT8>::NST, PH = Cfg<NT8>::PH, NGP = Cfg<NT8>::NGP;
-  constexpr int GPWP = Cfg<NT8>::GPWP;
+  constexpr int NST = Cfg<NT8>::NST;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* sK = smem + L::K_OFF;
   unsigned char* sV = smem + L::V_OFF;
@@ -1155,47 +1153,60 @@ __device__ __forceinline__ void partials_q8_mma(
           O[mt][n8][3] *= alpha[n8][1];
         }
     }
-    float dva[NG], dvb[NG];
-    load_scales(sDv + (buf * BT + warp * 16 + gid) * NG, dva);
-    load_scales(sDv + (buf * BT + warp * 16 + gid + 8) * NG, dvb);
-    const int prow = warp * 16 + gid;
+    {
+      // P = fp16(p * 2^PS) once for every group: the V scale goes into the A operand instead
+      unsigned* pr = reinterpret_cast<unsigned*>(sP + (warp * 16 + gid) * L::PST + 2 * tig);
 #pragma unroll
-    for (int ph = 0; ph < PH; ++ph) {
-      if (ph > 0) __syncthreads();             // phase ph - 1's P' fully read
+      for (int n8 = 0; n8 < NT8; ++n8) {
+        pr[n8 * 4] = pack_h2(pa[n8][0], pa[n8][1]);
+        pr[8 * L::PST / 2 + n8 * 4] = pack_h2(pb[n8][0], pb[n8][1]);
+      }
+    }
+    __syncthreads();
 #pragma unroll
-      for (int Gp = 0; Gp < NGP; ++Gp) {
-        const float da = dva[ph * NGP + Gp], db = dvb[ph * NGP + Gp];
-        unsigned* pr = reinterpret_cast<unsigned*>(sP + (Gp * BT + prow) * L::PST + 2 * tig);
+    for (int ks = 0; ks < NW; ++ks) {
+      const unsigned vbase = smem_u32(sV + (buf * BT + ks * 16 + lrow) * HD);
+      // P^T fragments of this 16-token step, shared by all of the warp's groups
+      unsigned pf0[NT8], pf1[NT8];
+      const unsigned pbase = smem_u32(sP + (ks * 16 + (lane & 15)) * L::PST);
+#pragma unroll
+      for (int n8 = 0; n8 < NT8; ++n8) ldsm_x2_t(pbase + n8 * 16, pf0[n8], pf1[n8]);
+      const __half* dvs = sDv + (buf * BT + ks * 16) * NG;     // the step's 16 scale rows
+      unsigned dg0 = 0u, dg1 = 0u;
+      if constexpr (NG == 8) {
+        // ldmatrix.trans of the [16 tokens][8 groups] scales: this lane gets group gid's
+        // half2 of tokens (2tig, 2tig+1) in dg0 and (8+2tig, 9+2tig) in dg1
+        ldsm_x2_t(smem_u32(dvs + (lane & 15) * NG), dg0, dg1);
+      }
+#pragma unroll
+      for (int gl = 0; gl < GPW; ++gl) {
+        const int G = Cfg<NT8>::group(warp, gl);
+        // half2 V scales of tokens (2tig, 2tig+1) and (8+2tig, 9+2tig) of group G: the A
+        // fragment's k pairs (lower token in the lower half, as ldmatrix.trans puts it)
+        unsigned d01, d89;
+        if constexpr (NG == 8) {
+          d01 = __shfl_sync(0xffffffffu, dg0, G * 4 + tig);
+          d89 = __shfl_sync(0xffffffffu, dg1, G * 4 + tig);
+        } else {
+          const unsigned short* du = reinterpret_cast<const unsigned short*>(dvs) + G;
+          d01 = du[(2 * tig) * NG] | ((unsigned)du[(2 * tig + 1) * NG] << 16);
+          d89 = du[(2 * tig + 8) * NG] | ((unsigned)du[(2 * tig + 9) * NG] << 16);
+        }
+        unsigned r0, r1, r2, r3;
+        ldsm_x4_t(vbase + (((2 * G + lch) ^ swz) << 4), r0, r1, r2, r3);
+        r0 ^= 0x80808080u; r1 ^= 0x80808080u; r2 ^= 0x80808080u; r3 ^= 0x80808080u;
+        const unsigned a00 = i8x2_to_h2_scaled(r0, 0x4240, d01),
+                       a01 = i8x2_to_h2_scaled(r0, 0x4341, d01),
+                       a02 = i8x2_to_h2_scaled(r1, 0x4240, d89),
+                       a03 = i8x2_to_h2_scaled(r1, 0x4341, d89);
+        const unsigned a10 = i8x2_to_h2_scaled(r2, 0x4240, d01),
+                       a11 = i8x2_to_h2_scaled(r2, 0x4341, d01),
+                       a12 = i8x2_to_h2_scaled(r3, 0x4240, d89),
+                       a13 = i8x2_to_h2_scaled(r3, 0x4341, d89);
 #pragma unroll
         for (int n8 = 0; n8 < NT8; ++n8) {
-          pr[n8 * 4] = pack_h2(pa[n8][0] * da, pa[n8][1] * da);
-          pr[8 * L::PST / 2 + n8 * 4] = pack_h2(pb[n8][0] * db, pb[n8][1] * db);
-        }
-      }
-      __syncthreads();
-#pragma unroll
-      for (int ks = 0; ks < NW; ++ks) {
-        const unsigned vbase = smem_u32(sV + (buf * BT + ks * 16 + lrow) * HD);
-#pragma unroll
-        for (int glp = 0; glp < GPWP; ++glp) {
-          const int gl = ph * GPWP + glp;      // the warp's group index: O tiles 2gl, 2gl+1
-          const int G = Cfg<NT8>::group(warp, gl);
-          unsigned r0, r1, r2, r3;
-          ldsm_x4_t(vbase + (((2 * G + lch) ^ swz) << 4), r0, r1, r2, r3);
-          r0 ^= 0x80808080u; r1 ^= 0x80808080u; r2 ^= 0x80808080u; r3 ^= 0x80808080u;
-          const unsigned a00 = i8x2_to_h2(r0, 0x4240), a01 = i8x2_to_h2(r0, 0x4341),
-                         a02 = i8x2_to_h2(r1, 0x4240), a03 = i8x2_to_h2(r1, 0x4341);
-          const unsigned a10 = i8x2_to_h2(r2, 0x4240), a11 = i8x2_to_h2(r2, 0x4341),
-                         a12 = i8x2_to_h2(r3, 0x4240), a13 = i8x2_to_h2(r3, 0x4341);
-          const unsigned pbase =
-              smem_u32(sP + ((G - ph * NGP) * BT + ks * 16 + (lane & 15)) * L::PST);
-#pragma unroll
-          for (int n8 = 0; n8 < NT8; ++n8) {
-            unsigned b0, b1;
-            ldsm_x2_t(pbase + n8 * 16, b0, b1);
-            mma16816(O[2 * gl][n8], a00, a01, a02, a03, b0, b1);
-            mma16816(O[2 * gl + 1][n8], a10, a11, a12, a13, b0, b1);
-          }
+          mma16816(O[2 * gl][n8], a00, a01, a02, a03, pf0[n8], pf1[n8]);
+          mma16816(O[2 * gl + 1][n8], a10, a11, a12, a13, pf0[n8], pf1[n8]);
         }
       }
     }

@@ -20,8 +20,9 @@ cores, one CTA per (kv head, split) for all rows — chosen by default for q8/q8
 head_dim 128/256, dense rows (or one selective row), no sparse V and nb * n_rep <= 32 — and
 "v1", float32 CUDA cores,
 for everything else (and forced by impl="v1" or DEFAULT_IMPL = "v1"). The mma path rounds each
-weight p * d_v to fp16, so its output differs from golden by at most 2^-11 * sum_t p_t |v_t|
-(tests/test_gpu_attention_mma.py derives it); v1 stays at float32 rounding.
+weight p and each dequantized value code * d_v to fp16, so its output differs from golden by at
+most (2u + u^2) * sum_t p_t |v_t|, u = 2^-11 (tests/test_gpu_attention_mma.py derives it); v1
+stays at float32 rounding.
 """
 from __future__ import annotations
 
@@ -196,19 +197,14 @@ def _mma_nst(hd, nt8):
     return _opt_value("MMA_NSTAGE", 0) or (2 if _mma_two_ctas(hd, nt8) else 3)
 
 
-def _mma_pphase(hd, nt8):
-    """P' phases per block of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Cfg in the .cu."""
-    return _opt_value("MMA_PPHASE", 0) or (2 if (nt8 == 3 and hd == 256) else 1)
-
-
 def _mma_smem_bytes(hd, nt8):
     """Dynamic shared memory of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Lay in the .cu
     (test_gpu_attention_mma checks it against the kernel's own attn_mma_smem_bytes)."""
-    nw, nst, ph = _mma_nw(hd, nt8), _mma_nst(hd, nt8), _mma_pphase(hd, nt8)
+    nw, nst = _mma_nw(hd, nt8), _mma_nst(hd, nt8)
     bt, ng, nch, ncol = 16 * nw, hd // 32, hd // 16, 8 * nt8
     pst = 8 * (nt8 if nt8 % 2 else nt8 + 1)
     return (2 * nst * bt * hd + 2 * nst * bt * ng * 2 + nch * nt8 * 32 * 16
-            + (ng // ph) * bt * pst * 2 + 2 * ncol * nw * 4 + ncol * 4 + nw * 4)
+            + bt * pst * 2 + 2 * ncol * nw * 4 + ncol * 4 + nw * 4)
 
 
 def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
