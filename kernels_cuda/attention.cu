@@ -718,14 +718,12 @@ constexpr int NCH = HD / 16;                   // 16-byte chunks per token row
 static_assert(HD == 128 || HD == 256, "mma kernel: head_dim 128 or 256");
 
 // Warps per CTA (default 4) and pipeline stages. Two CTAs per SM (8 warps, two per scheduler) is
-// what keeps the tensor-core loop issuing; one CTA must keep two blocks in flight by itself, so
-// it takes 3 stages. NT8 <= 3 at hd 256 fits two CTAs with 2 stages (NT8 = 3: 98,160 B, under the
-// 115,712 B that two CTAs may each take). NT8 = 4 stays one CTA with 3 stages. TUNING.md has the
-// measurements behind each.
+// what keeps the tensor-core loop issuing, so every NT8 takes 2 stages: at hd 256 NT8 = 3 needs
+// 98,160 B and NT8 = 4 108,688 B, under the 115,712 B that two CTAs may each take (NT8 = 4 at one
+// CTA with 3 stages: nb 5 at 128k 146 us; at two, 122 us). TUNING.md has the measurements.
 template <int NT8> struct Cfg {
   static constexpr int NW = MMA_NW > 0 ? MMA_NW : 4;
-  static constexpr bool TWO_CTAS = NT8 <= 2 || (NT8 == 3 && HD == 256);
-  static constexpr int NST = MMA_NSTAGE > 0 ? MMA_NSTAGE : (TWO_CTAS ? 2 : 3);
+  static constexpr int NST = MMA_NSTAGE > 0 ? MMA_NSTAGE : 2;
   static_assert(NST >= 2 && NST <= 4, "MMA_NSTAGE must be 2..4");
   static constexpr int NT = NW * 32;
   static constexpr int BT = 16 * NW;           // tokens per pipeline block
@@ -794,7 +792,7 @@ __device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0, unsigned a1
 // two int8 bytes of x (chosen by sel, PRMT selector with 4 = the 0x64 byte) -> half2 of their
 // exact values: (0x6400 | (b ^ 0x80)) is the fp16 1024 + b + 128; minus 1152 gives b.
 __device__ __forceinline__ unsigned i8x2_to_h2(unsigned xb, unsigned sel) {
-  const unsigned h = __byte_perm(xb, 0x64646464u, sel);
+  const unsigned h = __byte_perm(0x64646464u, xb, sel);
   __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&h), __float2half2_rn(1152.f));
   return *reinterpret_cast<unsigned*>(&r);
 }
@@ -919,15 +917,27 @@ __device__ __forceinline__ void partials_q8_mma(
   auto load_block = [&](int j) {
     const int buf = j % NST;
     const int t0 = L0 + j * BT;
+    if (sel == nullptr && t0 + BT <= L1) {
+      // a dense block inside the range (all but the last): one base address per side and
+      // constant offsets (the general path below costs ~100 integer instructions per block)
+      const size_t off = (size_t)(t0 + ltok0) * HD;
+      const unsigned dst = buf * BT * HD;
 #pragma unroll
-    for (int i = 0; i < BT / TSTEP; ++i) {
-      const int t = t0 + ltok0 + i * TSTEP;
-      const bool ok = t < L1;
-      const int pos = ok ? t : L0;
-      const size_t off = (size_t)(sel != nullptr ? sel[pos] : pos) * HD;
-      const unsigned dst = (buf * BT + i * TSTEP) * HD;
-      cp_async16(sK_t + dst, kq_t + off, ok);
-      cp_async16(sV_t + dst, vq_t + off, ok);
+      for (int i = 0; i < BT / TSTEP; ++i) {
+        cp_async16(sK_t + dst + i * TSTEP * HD, kq_t + off + i * TSTEP * HD, true);
+        cp_async16(sV_t + dst + i * TSTEP * HD, vq_t + off + i * TSTEP * HD, true);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < BT / TSTEP; ++i) {
+        const int t = t0 + ltok0 + i * TSTEP;
+        const bool ok = t < L1;
+        const int pos = ok ? t : L0;
+        const size_t off = (size_t)(sel != nullptr ? sel[pos] : pos) * HD;
+        const unsigned dst = (buf * BT + i * TSTEP) * HD;
+        cp_async16(sK_t + dst, kq_t + off, ok);
+        cp_async16(sV_t + dst, vq_t + off, ok);
+      }
     }
     if (tid < BT) {
       const int t = t0 + tid;
@@ -1058,10 +1068,10 @@ __device__ __forceinline__ void partials_q8_mma(
         unsigned r0, r1, r2, r3;
         ldsm_x4(kbase + (((2 * gi + lch) ^ swz) << 4), r0, r1, r2, r3);
         r0 ^= 0x80808080u; r1 ^= 0x80808080u; r2 ^= 0x80808080u; r3 ^= 0x80808080u;
-        const unsigned a00 = i8x2_to_h2(r0, 0x4140), a01 = i8x2_to_h2(r1, 0x4140),
-                       a02 = i8x2_to_h2(r0, 0x4342), a03 = i8x2_to_h2(r1, 0x4342);
-        const unsigned a10 = i8x2_to_h2(r2, 0x4140), a11 = i8x2_to_h2(r3, 0x4140),
-                       a12 = i8x2_to_h2(r2, 0x4342), a13 = i8x2_to_h2(r3, 0x4342);
+        const unsigned a00 = i8x2_to_h2(r0, 0x0504), a01 = i8x2_to_h2(r1, 0x0504),
+                       a02 = i8x2_to_h2(r0, 0x0706), a03 = i8x2_to_h2(r1, 0x0706);
+        const unsigned a10 = i8x2_to_h2(r2, 0x0504), a11 = i8x2_to_h2(r3, 0x0504),
+                       a12 = i8x2_to_h2(r2, 0x0706), a13 = i8x2_to_h2(r3, 0x0706);
         const float dk0 = __half2float(dkr[gi]), dk1 = __half2float(dkr[8 * NG + gi]);
 #pragma unroll
         for (int n8 = 0; n8 < NT8; ++n8) {

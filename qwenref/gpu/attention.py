@@ -188,13 +188,9 @@ def _mma_nw(hd, nt8):
     return _opt_value("MMA_NW", 0) or 4
 
 
-def _mma_two_ctas(hd, nt8):
-    return nt8 <= 2 or (nt8 == 3 and hd == 256)
-
-
 def _mma_nst(hd, nt8):
     """Pipeline stages of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Cfg in the .cu."""
-    return _opt_value("MMA_NSTAGE", 0) or (2 if _mma_two_ctas(hd, nt8) else 3)
+    return _opt_value("MMA_NSTAGE", 0) or 2
 
 
 def _mma_smem_bytes(hd, nt8):
