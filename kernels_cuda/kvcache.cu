@@ -41,7 +41,9 @@
 // Launch: quantize/dequantize 128 threads, grid-stride (the wrapper sizes the grid to the work);
 //   appends 128 threads: f32/bf16 4 rows per block, grid = ceil(nb·nkv / 4); q8 128 units of 8
 //   values per block; turbo 4 warps of R · 32 / (N / max(4, N/32)) rows each. No shared memory.
-// H200, 27B kv shape (nb 4096, nkv 4, hd 256, K+V): q8 append 14.9 us (was 40.7), turbo4
+// H200, 27B kv shape (nb 4096, nkv 4, hd 256, K+V): q8 append 14.5 us (was 40.7; at nb 16384,
+//   170 MB: 46.5 us, 86% of copy; 4 units per lane with loads first measured 15.6 / 44.8 us and
+//   3.5 vs 2.4 us at nb 1, so one unit per lane stays), turbo4
 //   19.5 us (was 71.8); turbo_quantize bits 4, 262144 x 256: 76.7 us, 96% of copy (was 104).
 // Bytes that must move (per value): q8 quantize 4 in + 1 + 2/32 out; turbo-N quantize 4 in +
 //   N/8 + 2/16 out; the dequantizers the reverse; bf16 4 + 2; an append moves nb·nkv·hd·4 bytes

@@ -1040,6 +1040,10 @@ def _cases(quick):
         ("kvcache", "turbo_quantize bits=4", {"rows": 262144, "n": 256},
          lambda c: case_quantize(c, 262144, 256, 4)),
         ("kvcache", "KVCache.append q8", {"nb": 4096}, lambda c: case_append(c, 4096, "q8")),
+    ] + ([] if qk else [
+        # a 16k-token prefill chunk: 170 MB, a size where launch and tail are a small share
+        ("kvcache", "KVCache.append q8", {"nb": 16384}, lambda c: case_append(c, 16384, "q8")),
+    ]) + [
         ("kvcache", "KVCache.append turbo4", {"nb": 4096},
          lambda c: case_append(c, 4096, "turbo4")),
         ("kvcache", "KVCache.append q8", {"nb": 1}, lambda c: case_append(c, 1, "q8")),

@@ -361,6 +361,51 @@ def test_kvcache_append_writes_only_its_rows(cp, rng, kind):
             assert_bits_equal(cp.asnumpy(store[arr]), want, f"{kind} {s} {arr}")
 
 
+def make_q8_kv(rng, nb, nkv, hd):
+    """k, v [nb, nkv, hd] for q8 at any hd % 32 == 0 (make_kv's turbo rows need a power of two):
+    normal values, an outlier dim, a group of tiny values, an all-zero row, and q8_input's tie
+    groups in the last row."""
+    k = rng.standard_normal((nb, nkv, hd)).astype(np.float32)
+    v = rng.standard_normal((nb, nkv, hd)).astype(np.float32)
+    k[..., hd // 7] *= 20.0
+    v[..., :32] *= 1e-4
+    k[0, 0] = 0.0
+    k[-1, -1] = q8_input(rng, 1, hd)[0]
+    return k, v
+
+
+@pytest.mark.parametrize("hd, nb, offset, max_grid", [(256, 1500, 0, 3), (96, 777, 0, None),
+                                                       (256, 300, 1, 5)])
+def test_kvcache_q8_append_steps(cp, rng, monkeypatch, hd, nb, offset, max_grid):
+    """kv_append_q8 where the grid is capped so every warp takes many grid-stride steps, with
+    rows of 12 units of 8 (hd 96: not a power of two), and from sources 4 bytes off 16-byte
+    alignment (the scalar path): codes and scales bit for bit the golden's, the rows before and
+    after the append still poison."""
+    if max_grid is not None:
+        monkeypatch.setattr(gpu_kv, "_MAX_GRID", max_grid)
+    nkv, t0 = 3, 2
+    cfg = make_cfg(hd, nkv=nkv, indexer=False)
+    cache = gpu_kv.KVCache(cfg, max_t=t0 + nb + 3, kind="q8")
+    for store in (cache.k_store, cache.v_store):
+        store["q"].fill(-128)
+        store["d"].fill(np.nan)
+    cache.length = t0
+    k, v = make_q8_kv(rng, nb, nkv, hd)
+
+    def on_gpu(x):
+        flat = cp.empty(x.size + offset, cp.float32)
+        g = flat[offset:].reshape(x.shape)
+        g[...] = cp.asarray(x)
+        return g
+    cache.append(on_gpu(k), on_gpu(v))
+    for name, store, x in (("k", cache.k_store, k), ("v", cache.v_store, v)):
+        for arr, val in expected_side("q8", x).items():
+            got = cp.asnumpy(store[arr])
+            assert_bits_equal(got[:, t0:t0 + nb], val, f"{name} {arr}")
+            rest = np.concatenate([got[:, :t0], got[:, t0 + nb:]], axis=1)
+            assert (rest == -128).all() if arr == "q" else np.isnan(rest).all(), f"{name} {arr}"
+
+
 def test_kvcache_bad_appends(cp, rng):
     cfg = make_cfg(64)
     cache = gpu_kv.KVCache(cfg, max_t=8, kind="q8")
