@@ -100,6 +100,22 @@ def _run(**kw):
                           args.pop("err"), args.pop("tol"), **args)
 
 
+def test_attention_tol_follows_the_decode_path():
+    """The fp16 P.V tolerance applies exactly where decode_attention takes the tensor-core path
+    (q8/q8, hd 256, dense rows or one selective row); v1 keeps the float32 one."""
+    import types
+    cfg = qwenref.AttnConfig.qwen35_27b()
+    cache = types.SimpleNamespace(cfg=cfg, k_kind="q8", v_kind="q8")
+    assert bench.attention_tol(cache, 1) == bench.TOL_ATTN_MMA
+    assert bench.attention_tol(cache, 4) == bench.TOL_ATTN_MMA
+    assert bench.attention_tol(cache, 1, sel_n=np.ones(1, np.int32)) == bench.TOL_ATTN_MMA
+    assert bench.attention_tol(cache, 4, sel_n=np.ones(4, np.int32)) == bench.TOL_ATTN
+    bf16 = types.SimpleNamespace(cfg=cfg, k_kind="bf16", v_kind="bf16")
+    assert bench.attention_tol(bf16, 1) == bench.TOL_ATTN
+    # the fp16 bound: two roundings of u = 2^-11 per term
+    assert 2 * 2.0 ** -11 + 2.0 ** -22 < bench.TOL_ATTN_MMA < 2 * 2.0 ** -10
+
+
 def test_make_run_derives_bandwidth_share_and_speedup():
     r = _run(peer="cuBLAS bf16", peer_us=25.0)
     assert r["gbps"] == pytest.approx(4000.0)                 # 40 MB in 10 us
