@@ -809,29 +809,6 @@ __device__ __forceinline__ float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
-// NG fp16 scales of one token (16 or 8 bytes, aligned) -> floats
-template <int N> __device__ __forceinline__ void load_scales(const __half* p, float (&d)[N]) {
-  static_assert(N == 8 || N == 4, "scale row of 4 or 8");
-  if constexpr (N == 8) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      d[2 * i] = f.x;
-      d[2 * i + 1] = f.y;
-    }
-  } else {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
-    const unsigned w[2] = {v.x, v.y};
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      d[2 * i] = f.x;
-      d[2 * i + 1] = f.y;
-    }
-  }
-}
 __device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
   __half2 r = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<unsigned*>(&r);
@@ -1122,8 +1099,8 @@ __device__ __forceinline__ void partials_q8_mma(
       }
     __syncthreads();
 
-    // ---- B: online softmax; then per phase, P' = fp16(p * d_v * 2^PS) for its groups and ---
-    // ---- C: O^T[dims of this warp, cols] += V^T . P'^T over them ----------------------------
+    // ---- B: online softmax; P = fp16(p * 2^PS) to shared memory ------------------------------
+    // ---- C: O^T[dims of this warp, cols] += V'^T . P^T, V' = fp16(code * d_v) ----------------
     float alpha[NT8][2];
     float pa[NT8][2], pb[NT8][2];
     {
@@ -1143,7 +1120,7 @@ __device__ __forceinline__ void partials_q8_mma(
           const float p0 = ex2(s[n8][jj] - mz), p1 = ex2(s[n8][2 + jj] - mz);
           lpart[n8][jj] = fmaf(lpart[n8][jj], alpha[n8][jj], p0 + p1);
           mrun[n8][jj] = mn;
-          pa[n8][jj] = p0 * float(1 << MMA_PS);         // exact: the P' scale 2^PS
+          pa[n8][jj] = p0 * float(1 << MMA_PS);         // exact: the P scale 2^PS
           pb[n8][jj] = p1 * float(1 << MMA_PS);
         }
     }

@@ -71,7 +71,7 @@ def poisoned(cp, shape):
 
 def reference(gc, q, base_pos, S):
     """golden per row b (tokens [0, base_pos + b]): m, l, o, o_abs [nb, S, nh(, hd)] and out,
-    out_abs [nb, nh, hd]; *_abs use |V| (the P' rounding bound)."""
+    out_abs [nb, nh, hd]; *_abs use |V| (the P.V rounding bound)."""
     T = len(gc)
     K, V = gc.keys(T), gc.values(T)
     res = [[] for _ in range(6)]
