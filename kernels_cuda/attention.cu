@@ -789,8 +789,11 @@ __device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0, unsigned a1
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-// two int8 bytes of x (chosen by sel, PRMT selector with 4 = the 0x64 byte) -> half2 of their
-// exact values: (0x6400 | (b ^ 0x80)) is the fp16 1024 + b + 128; minus 1152 gives b.
+// two int8 bytes of x -> half2 of their exact values: (0x6400 | (b ^ 0x80)) is the fp16
+// 1024 + b + 128; minus 1152 gives b. sel is a PRMT selector over (0x64646464, x): nibbles 0-3
+// pick the 0x64 byte, 4-7 the bytes of x (0x0504: x's bytes 0, 1; 0x0604: bytes 0, 2). The
+// constant comes first so ptxas keeps sel as the immediate (the other order made it
+// re-materialise sel from a uniform register at every use in the score loop: 59 per block).
 __device__ __forceinline__ unsigned i8x2_to_h2(unsigned xb, unsigned sel) {
   const unsigned h = __byte_perm(0x64646464u, xb, sel);
   __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&h), __float2half2_rn(1152.f));
@@ -798,8 +801,8 @@ __device__ __forceinline__ unsigned i8x2_to_h2(unsigned xb, unsigned sel) {
 }
 // the same, times the half2 of the two tokens' V scales: V' = fp16(b * d_v), one rounding
 __device__ __forceinline__ unsigned i8x2_to_h2_scaled(unsigned xb, unsigned sel, unsigned d2) {
-  const unsigned h = __byte_perm(xb, 0x64646464u, sel);
-  const __half2 r = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&h), __float2half2_rn(1152.f)),
+  const unsigned h = i8x2_to_h2(xb, sel);
+  const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&h),
                             *reinterpret_cast<const __half2*>(&d2));
   return *reinterpret_cast<const unsigned*>(&r);
 }
@@ -1182,14 +1185,14 @@ __device__ __forceinline__ void partials_q8_mma(
         unsigned r0, r1, r2, r3;
         ldsm_x4_t(vbase + (((2 * G + lch) ^ swz) << 4), r0, r1, r2, r3);
         r0 ^= 0x80808080u; r1 ^= 0x80808080u; r2 ^= 0x80808080u; r3 ^= 0x80808080u;
-        const unsigned a00 = i8x2_to_h2_scaled(r0, 0x4240, d01),
-                       a01 = i8x2_to_h2_scaled(r0, 0x4341, d01),
-                       a02 = i8x2_to_h2_scaled(r1, 0x4240, d89),
-                       a03 = i8x2_to_h2_scaled(r1, 0x4341, d89);
-        const unsigned a10 = i8x2_to_h2_scaled(r2, 0x4240, d01),
-                       a11 = i8x2_to_h2_scaled(r2, 0x4341, d01),
-                       a12 = i8x2_to_h2_scaled(r3, 0x4240, d89),
-                       a13 = i8x2_to_h2_scaled(r3, 0x4341, d89);
+        const unsigned a00 = i8x2_to_h2_scaled(r0, 0x0604, d01),
+                       a01 = i8x2_to_h2_scaled(r0, 0x0705, d01),
+                       a02 = i8x2_to_h2_scaled(r1, 0x0604, d89),
+                       a03 = i8x2_to_h2_scaled(r1, 0x0705, d89);
+        const unsigned a10 = i8x2_to_h2_scaled(r2, 0x0604, d01),
+                       a11 = i8x2_to_h2_scaled(r2, 0x0705, d01),
+                       a12 = i8x2_to_h2_scaled(r3, 0x0604, d89),
+                       a13 = i8x2_to_h2_scaled(r3, 0x0705, d89);
 #pragma unroll
         for (int n8 = 0; n8 < NT8; ++n8) {
           mma16816(O[2 * gl][n8], a00, a01, a02, a03, pf0[n8], pf1[n8]);
