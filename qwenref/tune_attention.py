@@ -3,7 +3,7 @@ decode (partials + combine), and torch SDPA (bf16, GQA) as the peer, against a >
 device-to-device copy measured in the same run. Writes JSON to $OUT (or ./) and prints a table.
 
     python -m qwenref.tune_attention [--T 4096,32768,131072] [--nb 1,4] [--reps 21]
-                                     [--opts -DMMA_NSTAGE=3,...] [--no-sdpa]
+                                     [--opts -DMMA_NSTAGE=3,...] [--no-sdpa] [--floor]
 
 Shape: the Qwen3.5-27B full-attention layer (24 q heads, 4 kv heads, head_dim 256), q8 cache.
 Timing: every measured launch is one of a CUDA graph of launches rotating over enough caches to
@@ -12,6 +12,8 @@ each replay timed with CUDA events; time per launch = median replay time / launc
 timed the same way (CUDA graph when capture works, else events around a loop of calls).
 Bytes counted (the fewest a kernel must move): K/V int8 + fp16 scales of the T visible tokens,
 q and the final output (f32); SDPA: bf16 K/V, q and out.
+--floor adds, per T and nb, one launch of kernels_cuda/stream.cu's read-only stream over the same
+number of bytes, timed the same way: what a single launch of that size can reach at best.
 """
 from __future__ import annotations
 
@@ -85,6 +87,21 @@ def time_graph(cp, calls, reps):
     return _median(ts), float(np.std(ts)), mode
 
 
+def read_floor(cp, nbytes, l2, reps):
+    """Seconds per launch of stream_read over nbytes (16 CTAs per SM), graph-replayed over
+    enough random buffers to exceed 3x the L2."""
+    from qwenref.gpu._runtime import kernel
+    k = kernel("stream", "stream_read")
+    n16 = nbytes // 16
+    bufs = [cp.random.randint(-2 ** 31, 2 ** 31 - 1, size=4 * n16, dtype=cp.int32)
+            for _ in range(max(2, math.ceil(3 * l2 / nbytes)))]
+    out = cp.zeros(1, cp.uint32)
+    grid = 16 * cp.cuda.Device().attributes["MultiProcessorCount"]
+    t, _, mode = time_graph(cp, [lambda b=b: k((grid,), (256,), (b, np.int64(n16), out))
+                                 for b in bufs], reps)
+    return t, mode
+
+
 def make_caches(cp, gpu, cfg, T, n):
     caches = []
     for _ in range(n):
@@ -106,11 +123,13 @@ def main(argv=None):
     ap.add_argument("--opts", default="", help="comma-separated TUNING_OPTIONS for the .cu")
     ap.add_argument("--splits", default="auto,x2", help="mma split counts: auto, x2, x0.5, or ints")
     ap.add_argument("--no-sdpa", action="store_true")
+    ap.add_argument("--floor", action="store_true", help="time a read-only stream of the bytes")
     ap.add_argument("--tag", default="")
     args = ap.parse_args(argv)
 
     import qwenref
     import qwenref.gpu as gpu
+    from qwenref.bench import time_us
     import qwenref.gpu.attention as A
     from qwenref.gpu._runtime import cupy
     cp = cupy()
@@ -153,6 +172,11 @@ def main(argv=None):
             row = {"T": T, "nb": nb, "bytes": nbytes, "caches": n_c}
             ideal = nbytes / bw
             row["copy_time_us"] = ideal * 1e6
+            if args.floor:
+                t, mode = read_floor(cp, nbytes, l2, args.reps)
+                row["read_floor"] = {"us": t * 1e6, "mode": mode, "pct_copy": 100 * ideal / t}
+                print(f"T={T:6d} nb={nb} {'read_floor':12s}        {t * 1e6:8.1f} us  "
+                      f"{100 * ideal / t:5.1f}% of copy  [{mode}]", flush=True)
 
             def run(name, impl, S):
                 m = cp.empty((nb, S, nh), cp.float32)
@@ -189,12 +213,16 @@ def main(argv=None):
             m = cp.empty((nb, Sa, nh), cp.float32)
             l = cp.empty((nb, Sa, nh), cp.float32)
             o = cp.empty((nb, Sa, nh, hd), cp.float32)
+            # (graph replay, and queued launches: the bench's method)
             calls = [lambda c=c: A.decode_attention(q, c, base_pos, n_splits=Sa, out=out,
                                                     partials=(m, l, o)) for c in caches]
             t, sd, mode = time_graph(cp, calls, args.reps)
-            row["decode_mma"] = {"us": t * 1e6, "S": Sa, "mode": mode, "pct_copy": 100 * ideal / t}
+            tq = time_us(cp, lambda i: calls[i](), n_rot=len(calls))[0] * 1e-6
+            row["decode_mma"] = {"us": t * 1e6, "S": Sa, "mode": mode, "pct_copy": 100 * ideal / t,
+                                 "queued_us": tq * 1e6}
             print(f"T={T:6d} nb={nb} {'decode_mma':12s} S={Sa:4d} {t * 1e6:8.1f} us  "
-                  f"{100 * ideal / t:5.1f}% of copy  [{mode}]", flush=True)
+                  f"{100 * ideal / t:5.1f}% of copy  [{mode}]; queued {tq * 1e6:8.1f} us",
+                  flush=True)
             # mma vs v1 agreement on this data (sanity, not a test)
             a = cp.asnumpy(A.decode_attention(q, caches[0], base_pos, n_splits=Sa, impl="mma"))
             b = cp.asnumpy(A.decode_attention(q, caches[0], base_pos, n_splits=S1, impl="v1"))
