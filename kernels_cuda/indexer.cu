@@ -12,16 +12,16 @@
 //                         (ceil(nblk/8), nb), block 256 (a warp per block key), q[b] in smem.
 //   indexer_select        per row: dense (sel_n = 0, mask = the nc complete blocks) while
 //                         nc <= kblk; else keep block nc-1 plus the kblk-1 best others (ties:
-//                         lower index) by an MSB-first 8-bit radix select on order-preserving
-//                         uint32 keys (up to 4 histogram passes over the bits below those all
-//                         candidates share; integer atomics: deterministic), then block prefix
-//                         scans rank the kept blocks and all threads write their tokens and
-//                         the tail, ascending.
-//                         grid (nb), block 256; unused sel_idx entries are -1.
+//                         lower index): a group-maximum filter and exact ranks within the few
+//                         survivors (radix select when that does not apply), a kept-block
+//                         bitmap, and all threads write the tokens and the tail, ascending.
+//                         grid (nb), block 256; unused sel_idx entries are -1. Comment at
+//                         the kernel.
 //
 // Bytes: scores read nblk*ihd*4 block-key bytes per row (T = 128k, R = 64, ihd = 128: 1 MiB)
 // and write nblk*4; the selection reads the scores and writes kblk*R + R int32 per row. These are
-// small next to attention's K/V traffic, so the kernels are written for exactness, not speed.
+// small next to attention's K/V traffic, so the kernels are written for exactness first; the
+// selection, one CTA per row, is a latency chain and is written for few barriers.
 //
 // Precision vs golden: golden accumulates the block mean and the scores in float64 and rounds
 // once; so do these kernels (the products of float32 values are exact in float64, only the
@@ -39,7 +39,16 @@ namespace {
 // NVRTC compiles without <math.h>: no infinity macro there
 __device__ __forceinline__ float inf_f() { return __int_as_float(0x7f800000); }
 constexpr int SEL_THREADS = 256;
-constexpr int SEL_ITEMS = 32;                 // blocks per thread: nblk <= 8192 (wrapper checks)
+constexpr int SEL_WARPS = SEL_THREADS / 32;
+constexpr int SEL_MAX_BLOCKS = 8192;          // nblk <= 8192 (wrapper checks)
+constexpr int SEL_IDX_BITS = 13;              // composite key: (order_key << 13) | (8191 - j)
+constexpr int SEL_KEY_BITS = 32 + SEL_IDX_BITS;
+constexpr int SEL_WORDS = SEL_MAX_BLOCKS / 32;
+constexpr int SEL_MAX_Q = 8;                  // select's fast path: K <= 16 * SEL_MAX_Q
+constexpr int SEL_CAP = 512;                  // ... and at most this many filtered candidates
+static_assert(SEL_MAX_BLOCKS == 1 << SEL_IDX_BITS, "composite key's index field");
+static_assert(SEL_IDX_BITS == 13 && SEL_KEY_BITS == 45, "radix digits split at bit 13");
+static_assert(SEL_MAX_BLOCKS == SEL_THREADS * 32, "select_row<32> covers SEL_MAX_BLOCKS");
 constexpr int MAX_IHD = 512;
 
 __device__ __forceinline__ double warp_sum_d(double x) {
@@ -90,41 +99,13 @@ __device__ void norm_rope_block(float* x, int n, const float* __restrict__ w, fl
 }
 
 // Order-preserving uint32 key of a float score (larger float -> larger key); -0.0 keys as +0.0
-// (golden: 0.0 and -0.0 tie).
+// (golden: 0.0 and -0.0 tie). Bit operations only: kernels built here flush float32 denormals
+// in arithmetic (measured on the H200: x + 0.f gives 0 for every |x| < 2^-126), so the former
+// f + 0.f folded denormal scores to 0 and broke their order (a tie, lower index first).
 __device__ __forceinline__ unsigned order_key(float f) {
-  const unsigned u = __float_as_uint(f + 0.f);
+  unsigned u = __float_as_uint(f);
+  if (u == 0x80000000u) u = 0u;
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-// Exclusive prefix sum over the block in thread order; *total gets the sum (blockDim a multiple
-// of 32, <= 1024).
-__device__ unsigned block_excl_scan(unsigned v, unsigned* s_warp, unsigned* total) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  unsigned incl = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const unsigned n = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += n;
-  }
-  __syncthreads();
-  if (lane == 31) s_warp[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    const unsigned wv = lane < (int)(blockDim.x / 32) ? s_warp[lane] : 0u;
-    unsigned wi = wv;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const unsigned n = __shfl_up_sync(0xffffffffu, wi, o);
-      if (lane >= o) wi += n;
-    }
-    s_warp[lane] = wi - wv;                    // exclusive offset of warp `lane`
-    if (lane == 31) s_warp[32] = wi;           // block total
-  }
-  __syncthreads();
-  const unsigned r = incl - v + s_warp[warp];
-  *total = s_warp[32];
-  __syncthreads();
-  return r;
 }
 
 }  // namespace
@@ -186,35 +167,285 @@ extern "C" __global__ void __launch_bounds__(256) indexer_block_scores(
   if (lane == 0) *dst = float(total * scale);
 }
 
-// Block-wide min and max of unsigned keys (blockDim a multiple of 32, <= 1024); all threads get both.
-__device__ void block_minmax(unsigned& lo, unsigned& hi, unsigned* s_lo, unsigned* s_hi) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+// ---- indexer_select ----------------------------------------------------------------------------
+// scores [nb, nblk] -> sel_idx [nb, sel_w] (int32, -1 past sel_n), sel_n [nb], mask [nb, nblk].
+// One CTA of 256 threads (8 warps) per row. Warp w, item i (i < ITEMS = nblk/256 rounded up to
+// a power of two, a template parameter: no dead unrolled items) holds block
+// j = 32 (w ITEMS + i) + lane: a warp's load is 128 contiguous bytes, and bitmap word
+// w ITEMS + i is exactly warp w's item i. Candidates (j < nc - 1) are ordered by the 45-bit
+// composite key (order_key << 13) | (8191 - j): all distinct, larger = better score, then lower
+// index; "keep the K = kblk-1 best, ties to the lower index" = "keep the K largest composite keys".
+//
+// Fast path (1 <= K <= 128; six barriers):
+//  1. group maxima: block j is in group ((j/32) % Q, j % 32), Q = 2, 4 or 8 (G = 32Q >= 2K
+//     groups); a shared atomicMax per (thread, group) of the 32-bit order keys (native
+//     ATOMS.MAX; a 64-bit max is a CAS loop). Every group strides the whole row (period 32Q
+//     blocks), so a trend or a cluster of good blocks reaches many groups.
+//  2. m = the largest group maximum that at least K group maxima reach (each warp counts for
+//     G/8 of them by REDUX.SUM; one atomicMax per warp). The argmaxes of those >= K groups are
+//     distinct elements with keys >= m, and order keys are monotone in the composite order, so
+//     every top-K element has key >= m: C = {candidates with key >= m} holds the top K for ANY
+//     input (exact, not a heuristic). 2047 candidates at K 31, 100 rows each: |C| ~ 41
+//     (max 54) for normal or relu'd noise, 39 for a trend plus noise, 31 sorted; K 63: ~85;
+//     K 127: ~170. (The min of the group maxima instead of the K-th largest: ~130 at K 31.)
+//  3. C is compacted into shared memory (a ballot per item, one atomicAdd per warp).
+//  4. rank of member c = how many members of C are larger: its global rank (every larger key
+//     also passed). S = 8/4/2/1 adjacent lanes split C's chunks of 8 (LDS.128 broadcasts, 3.5
+//     instructions a pair: (mine - v) >> 63) and add by shuffles; rank < K sets j's bit in the
+//     kept bitmap.
+// Fallback (K > 128, or |C| > 512: heavy ties at m, an adversarial row): MSB-first radix select
+// on the composite keys, 8-bit digits from bit 44, double-buffered histograms (two barriers a
+// pass), stopping once the boundary digit's bin is wholly kept; T = the K-th largest key with
+// its undecided bits 0, keys >= T kept. Integer atomics only: deterministic.
+// Output (both paths): bit nc-1 is in the bitmap from the start; a kept block's slot in the
+// ascending list = popcount of the words below its warp's range (one REDUX.SUM a warp) + of
+// the warp's own words below it (a running sum): no scan, one barrier; then all threads write
+// the token list (kept blocks' R tokens, the tail, -1).
+// History (H200, nblk 2048, K 31): v1 (1024 threads, 4 radix passes on uint32 keys, one thread
+// per kept block's tokens) 12.1 us; v2 (256 threads, radix passes below the bits all candidates
+// share, ~24 barriers, 32 unrolled items) 11.65 us (ncu), 24.9k warp instructions at 0.3 IPC
+// per scheduler: a latency chain. v3 (this): ~6 barriers and, by the SASS, ~700 instructions
+// per warp on the fast path (8 warps, ITEMS 8); a 1024-thread draft of it had ~650 per warp
+// x 32 warps (all items unrolled, issue-bound) and was dropped before timing. Measured (graph
+// of 100 launches, same run as v2): fast path 3.9-4.4 us vs v2's 10.3-10.9 us; the radix
+// fallback 8.2-8.5 us (v2: 5.9 us on an all-equal row, 10.9 on a 30% tie group); the bench's
+// select_rows (scores + selection) 17.8 -> 12.0 us.
+struct SelSmem {
+  unsigned long long cand[SEL_CAP];            // C's composite keys, zero past |C|
+  unsigned bits[SEL_WORDS];                    // kept-block bitmap, word w = blocks 32w..32w+31
+  unsigned gmax[32 * SEL_MAX_Q];               // group maxima of the order keys
+  unsigned hist[2][256];                       // radix fallback, double-buffered
+  int kept[SEL_MAX_BLOCKS];                    // kept block ids, ascending
+  unsigned m, ncand, digit, remaining, done;
+};
+
+// Step 1: block j (bitmap word j/32) is in group ((j/32) % Q, j % 32); g[group] = max of the
+// members' order keys. Q and ITEMS are powers of two: a thread's items fall in min(Q, ITEMS)
+// groups, so min(Q, ITEMS) atomics per thread.
+template <int ITEMS, int Q>
+__device__ __forceinline__ void group_maxima(unsigned* g, const unsigned (&ok)[ITEMS]) {
+  const int lane = threadIdx.x & 31, wbase = (threadIdx.x >> 5) * ITEMS;
+  if constexpr (ITEMS >= Q) {                  // item i is in group (i % Q, lane)
+    unsigned mx[Q];
 #pragma unroll
-  for (int o = 16; o; o >>= 1) {
-    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
-    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+    for (int c = 0; c < Q; ++c) mx[c] = 0u;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) mx[i % Q] = max(mx[i % Q], ok[i]);
+#pragma unroll
+    for (int c = 0; c < Q; ++c)
+      if (mx[c]) atomicMax(&g[c * 32 + lane], mx[c]);
+  } else {                                     // each item its own group
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+      if (ok[i]) atomicMax(&g[((wbase + i) & (Q - 1)) * 32 + lane], ok[i]);
   }
-  if (lane == 0) { s_lo[warp] = lo; s_hi[warp] = hi; }
+}
+
+// Step 2: of the G = 32Q group maxima g[], the largest one that at least K of them reach, or 0;
+// warp w tests g[w G/8 .. (w+1) G/8), lane L holds g[LQ .. LQ+Q-1]. The caller takes the max
+// over the warps.
+template <int Q>
+__device__ __forceinline__ unsigned group_threshold(const unsigned* g, int K) {
+  constexpr int TPW = 32 * Q / SEL_WARPS;      // targets per warp
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned mine[Q], best = 0u;
+#pragma unroll
+  for (int u = 0; u < Q; ++u) mine[u] = g[lane * Q + u];
+#pragma unroll
+  for (int q = 0; q < TPW; ++q) {
+    const unsigned target = g[warp * TPW + q];
+    unsigned c = 0u;
+#pragma unroll
+    for (int u = 0; u < Q; ++u) c += mine[u] >= target ? 1u : 0u;
+    if (__reduce_add_sync(0xffffffffu, c) >= (unsigned)K) best = max(best, target);
+  }
+  return best;
+}
+
+__device__ __forceinline__ unsigned long long sel_key(unsigned ok, int j) {
+  return ((unsigned long long)ok << SEL_IDX_BITS) | (unsigned)(SEL_MAX_BLOCKS - 1 - j);
+}
+
+// One selective row (nc > kblk): fills sh.bits with the kept blocks (nc-1 included), then
+// sh.kept with their ids ascending and the mask row. Ends on a barrier (sh.kept readable).
+template <int ITEMS>
+__device__ void select_row(SelSmem& sh, const float* __restrict__ srow, int nblk, int nc,
+                           int kblk, unsigned char* __restrict__ mask_row) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int ncand = nc - 1;                    // candidates j < ncand; block ncand is kept
+  const int K = kblk - 1;                      // 0 <= K < ncand
+  const int j0 = 32 * warp * ITEMS + lane;     // item i: j = j0 + 32 i
+  float sc[ITEMS];                             // loads first: the barrier waits under them
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) sc[i] = j0 + 32 * i < ncand ? srow[j0 + 32 * i] : 0.f;
+  static_assert(SEL_WORDS == SEL_THREADS && SEL_CAP == 2 * SEL_THREADS &&
+                32 * SEL_MAX_Q == SEL_THREADS, "select_row's zeroing: fixed stores per thread");
+  sh.bits[tid] = 0u;
+  sh.cand[tid] = 0ull;
+  sh.cand[tid + SEL_THREADS] = 0ull;
+  sh.hist[0][tid] = 0u;
+  sh.gmax[tid] = 0u;
+  if (tid == 0) { sh.m = 0u; sh.ncand = 0u; }
   __syncthreads();
-  for (int w = 0; w < nw; ++w) { lo = min(lo, s_lo[w]); hi = max(hi, s_hi[w]); }
+  if (tid == 0) atomicOr(&sh.bits[ncand >> 5], 1u << (ncand & 31));
+  unsigned ok[ITEMS];                          // order keys; 0 for non-candidates
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) ok[i] = j0 + 32 * i < ncand ? order_key(sc[i]) : 0u;
+
+  bool fast = K >= 1 && K <= 16 * SEL_MAX_Q;
+  if (fast) {
+    // 1. group maxima
+    const int Q = K <= 32 ? 2 : (K <= 64 ? 4 : 8);
+    if (Q == 2) group_maxima<ITEMS, 2>(sh.gmax, ok);
+    else if (Q == 4) group_maxima<ITEMS, 4>(sh.gmax, ok);
+    else group_maxima<ITEMS, 8>(sh.gmax, ok);
+    __syncthreads();
+    // 2. the threshold m
+    const unsigned best = Q == 2 ? group_threshold<2>(sh.gmax, K)
+                        : (Q == 4 ? group_threshold<4>(sh.gmax, K)
+                                  : group_threshold<8>(sh.gmax, K));
+    if (lane == 0 && best) atomicMax(&sh.m, best);
+    __syncthreads();
+    const unsigned m = sh.m;                   // 0 (all pass) if a group had no candidate
+    // 3. compaction of C
+    unsigned n_warp = 0u;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+      n_warp += __popc(__ballot_sync(0xffffffffu, j0 + 32 * i < ncand && ok[i] >= m));
+    unsigned base = 0u;
+    if (lane == 0 && n_warp) base = atomicAdd(&sh.ncand, n_warp);
+    base = __shfl_sync(0xffffffffu, base, 0);
+    const unsigned lt = (1u << lane) - 1u;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {          // the ballots again (fewer live registers)
+      const bool in = j0 + 32 * i < ncand && ok[i] >= m;
+      const unsigned bal = __ballot_sync(0xffffffffu, in);
+      const unsigned pos = base + __popc(bal & lt);
+      if (in && pos < SEL_CAP) sh.cand[pos] = sel_key(ok[i], j0 + 32 * i);
+      base += __popc(bal);
+    }
+    __syncthreads();
+    const int n = (int)sh.ncand;               // the same in every thread
+    fast = n <= SEL_CAP;
+    if (fast) {
+      // 4. ranks
+      const int S = n <= 32 ? 8 : (n <= 64 ? 4 : (n <= 128 ? 2 : 1));
+      const int per = SEL_THREADS / S, part = tid & (S - 1), nch = (n + 7) >> 3;
+      const ulonglong2* c2 = reinterpret_cast<const ulonglong2*>(sh.cand);
+      for (int cb = 0; cb < n; cb += per) {    // uniform trip count
+        const int c = cb + tid / S;
+        unsigned rank = 0u;
+        unsigned long long mine = 0ull;
+        if (c < n) {
+          mine = sh.cand[c];
+          for (int k = part; k < nch; k += S) {
+            const ulonglong2 v0 = c2[4 * k], v1 = c2[4 * k + 1], v2 = c2[4 * k + 2],
+                             v3 = c2[4 * k + 3];
+            // (mine - v) >> 63 is 1 iff v > mine (both below 2^45); the zero padding never is
+            rank += (unsigned)((mine - v0.x) >> 63) + (unsigned)((mine - v0.y) >> 63) +
+                    (unsigned)((mine - v1.x) >> 63) + (unsigned)((mine - v1.y) >> 63) +
+                    (unsigned)((mine - v2.x) >> 63) + (unsigned)((mine - v2.y) >> 63) +
+                    (unsigned)((mine - v3.x) >> 63) + (unsigned)((mine - v3.y) >> 63);
+          }
+        }
+        for (int o = 1; o < S; o <<= 1) rank += __shfl_xor_sync(0xffffffffu, rank, o);
+        if (c < n && part == 0 && rank < (unsigned)K) {
+          const int j = SEL_MAX_BLOCKS - 1 - (int)(mine & (SEL_MAX_BLOCKS - 1));
+          atomicOr(&sh.bits[j >> 5], 1u << (j & 31));
+        }
+      }
+    }
+  }
+  if (!fast && K >= 1) {                       // radix select (uniform branch)
+    // the composite key's digits, 8 bits from bit 44: [37,45) .. [13,21) are the order key's
+    // bytes, [5,13) and [0,5) the index field's: kept as (order key, index) halves so that no
+    // 64-bit key per item is live (ITEMS 32 fits 128 registers)
+    unsigned pre_hi = 0u, pre_lo = 0u, msk_hi = 0u, msk_lo = 0u;
+    unsigned remaining = (unsigned)K;          // still to take among keys matching the prefix
+    int buf = 0;
+    for (int hi = SEL_KEY_BITS; hi > 0; hi -= 8) {
+      const int sh_ = hi > 8 ? hi - 8 : 0;
+      const unsigned dmask = (1u << (hi - sh_)) - 1u;
+      const bool in_ok = sh_ >= SEL_IDX_BITS;  // this digit lies in the order key
+      const int dsh = in_ok ? sh_ - SEL_IDX_BITS : sh_;
+      sh.hist[buf ^ 1][tid] = 0u;              // next pass's bins (last read a pass ago)
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        const int j = j0 + 32 * i;
+        const unsigned idx = (unsigned)(SEL_MAX_BLOCKS - 1 - j);
+        if (j < ncand && (ok[i] & msk_hi) == pre_hi && (idx & msk_lo) == pre_lo)
+          atomicAdd(&sh.hist[buf][((in_ok ? ok[i] : idx) >> dsh) & dmask], 1u);
+      }
+      __syncthreads();
+      if (warp == 0) {                         // lane L holds digits 255-8L .. 248-8L
+        const unsigned* h = sh.hist[buf];
+        unsigned c = 0u;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) c += h[255 - 8 * lane - k];
+        unsigned incl = c;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += v;
+        }
+        const unsigned excl = incl - c;
+        if (excl < remaining && remaining <= incl) {   // exactly one lane
+          unsigned cum = excl;
+          for (int k = 0; k < 8; ++k) {
+            const unsigned dgt = 255u - 8u * lane - k, hd = h[dgt];
+            if (cum + hd >= remaining) {
+              sh.digit = dgt;
+              sh.remaining = remaining - cum;
+              sh.done = (remaining - cum == hd) ? 1u : 0u;   // the whole bin is kept: stop
+              break;
+            }
+            cum += hd;
+          }
+        }
+      }
+      __syncthreads();
+      if (in_ok) { pre_hi |= sh.digit << dsh; msk_hi |= dmask << dsh; }
+      else       { pre_lo |= sh.digit << dsh; msk_lo |= dmask << dsh; }
+      remaining = sh.remaining;
+      buf ^= 1;
+      if (sh.done) break;                      // uniform; rewritten only after the next barrier
+    }
+    // exactly K candidates have (order key, index) >= (pre_hi, pre_lo) (undecided bits 0)
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int j = j0 + 32 * i;
+      const unsigned idx = (unsigned)(SEL_MAX_BLOCKS - 1 - j);
+      const bool keep = j < ncand && (ok[i] > pre_hi || (ok[i] == pre_hi && idx >= pre_lo));
+      const unsigned bal = __ballot_sync(0xffffffffu, keep);
+      if (lane == 0 && bal) atomicOr(&sh.bits[warp * ITEMS + i], bal);
+    }
+  }
+  __syncthreads();                             // the bitmap is final
+
+  // mask and slots: kept blocks in the words below this warp's range, then a running count
+  const int wbase = warp * ITEMS;
+  unsigned below = 0u;
+#pragma unroll
+  for (int k = 0; k < (SEL_WARPS * ITEMS + 31) / 32; ++k)
+    if (lane + 32 * k < wbase) below += __popc(sh.bits[lane + 32 * k]);
+  unsigned run = __reduce_add_sync(0xffffffffu, below);
+  const unsigned lt = (1u << lane) - 1u;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const unsigned word = sh.bits[wbase + i];
+    const int j = j0 + 32 * i;
+    const unsigned bit = (word >> lane) & 1u;
+    if (j < nblk) mask_row[j] = (unsigned char)bit;
+    if (bit) sh.kept[run + __popc(word & lt)] = j;
+    run += __popc(word);
+  }
   __syncthreads();
 }
 
-// scores [nb, nblk] -> sel_idx [nb, sel_w] (int32, -1 past sel_n), sel_n [nb], mask [nb, nblk].
-// v2 (ncu, H200, nblk 2048, one row): v1 (1024 threads, 2 keys each, 4 radix passes from bit
-// 31, one thread writing each kept block's R tokens) took 12.1 us, issue- and barrier-bound on
-// its one SM. v2: 256 threads (fewer warps at every barrier), the radix passes start below the
-// bits that every candidate shares (their min and max tell which: a row's scores mostly share
-// sign and exponent, which made pass 1 one hot bin), and all threads write the token list
-// together from a shared list of kept blocks (coalesced). TUNING.md has the new figure.
-extern "C" __global__ void __launch_bounds__(SEL_THREADS) indexer_select(
+extern "C" __global__ void __launch_bounds__(SEL_THREADS, 2) indexer_select(
     const float* __restrict__ scores, int nblk, int base_pos, int R, int kblk, int sel_w,
     int* __restrict__ sel_idx, int* __restrict__ sel_n, unsigned char* __restrict__ mask) {
-  __shared__ unsigned s_hist[256];
-  __shared__ unsigned s_warp[33];
-  __shared__ unsigned s_lo[SEL_THREADS / 32], s_hi[SEL_THREADS / 32];
-  __shared__ unsigned s_prefix, s_remaining;
-  __shared__ int s_kept[SEL_THREADS * SEL_ITEMS];   // kept block ids in ascending order
+  __shared__ __align__(16) SelSmem sh;
   const int b = blockIdx.x, tid = threadIdx.x;
   const int t = base_pos + b;
   const int nc = (t + 1) / R;
@@ -222,123 +453,54 @@ extern "C" __global__ void __launch_bounds__(SEL_THREADS) indexer_select(
   unsigned char* mask_row = mask + (size_t)b * nblk;
 
   if (nc <= kblk) {                            // dense row: all complete blocks, no list
-    for (int j = tid; j < nblk; j += blockDim.x) mask_row[j] = j < nc ? 1 : 0;
-    for (int p = tid; p < sel_w; p += blockDim.x) idx_row[p] = -1;
+    for (int j = tid; j < nblk; j += SEL_THREADS) mask_row[j] = j < nc ? 1 : 0;
+    for (int p = tid; p < sel_w; p += SEL_THREADS) idx_row[p] = -1;
     if (tid == 0) sel_n[b] = 0;
     return;
   }
+  const float* srow = scores + (size_t)b * nblk;
+  const int words = (nblk + 31) >> 5;          // per warp: words / 8, as a power of two
+  if (words <= 8) select_row<1>(sh, srow, nblk, nc, kblk, mask_row);
+  else if (words <= 16) select_row<2>(sh, srow, nblk, nc, kblk, mask_row);
+  else if (words <= 32) select_row<4>(sh, srow, nblk, nc, kblk, mask_row);
+  else if (words <= 64) select_row<8>(sh, srow, nblk, nc, kblk, mask_row);
+  else if (words <= 128) select_row<16>(sh, srow, nblk, nc, kblk, mask_row);
+  else select_row<32>(sh, srow, nblk, nc, kblk, mask_row);
 
-  // this thread's contiguous range of block indices and their keys (candidates: j < nc - 1)
-  const int items = (nblk + SEL_THREADS - 1) / SEL_THREADS;
-  const int j_lo = tid * items;
-  const int ncand = nc - 1;
-  unsigned key[SEL_ITEMS];
-  unsigned kmin = 0xFFFFFFFFu, kmax = 0u;
-#pragma unroll
-  for (int i = 0; i < SEL_ITEMS; ++i) {
-    const int j = j_lo + i;
-    const bool c = i < items && j < ncand;
-    key[i] = c ? order_key(scores[(size_t)b * nblk + j]) : 0u;
-    if (c) { kmin = min(kmin, key[i]); kmax = max(kmax, key[i]); }
-  }
-
-  // radix select: T = the K-th largest candidate key, take = how many keys == T to keep
-  const int K = kblk - 1;
-  unsigned T = 0xFFFFFFFFu, take = 0;
-  if (K > 0) {
-    block_minmax(kmin, kmax, s_lo, s_hi);
-    const unsigned diff = kmin ^ kmax;
-    // bits above `top` are the same in every candidate: start the passes below them
-    const int top = diff ? 31 - __clz(diff) : -1;
-    unsigned pmask = top >= 31 ? 0u : (top < 0 ? 0xFFFFFFFFu : ~((2u << top) - 1u));
-    unsigned prefix = kmin & pmask, remaining = (unsigned)K;
-    for (int shift = top - 7; shift > -8; shift -= 8) {
-      const int sh = shift < 0 ? 0 : shift;    // the last digit may be narrower than 8 bits
-      const unsigned dmask = shift < 0 ? (1u << (shift + 8)) - 1u : 255u;
-      for (int p = tid; p < 256; p += blockDim.x) s_hist[p] = 0u;
-      __syncthreads();
-#pragma unroll
-      for (int i = 0; i < SEL_ITEMS; ++i) {
-        const int j = j_lo + i;
-        if (i < items && j < ncand && (key[i] & pmask) == prefix)
-          atomicAdd(&s_hist[(key[i] >> sh) & dmask], 1u);
-      }
-      __syncthreads();
-      if (tid < 32) {                          // warp 0: lane L holds digits 255-8L .. 248-8L
-        unsigned c = 0u;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) c += s_hist[255 - 8 * tid - i];
-        unsigned incl = c;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const unsigned n = __shfl_up_sync(0xffffffffu, incl, o);
-          if (tid >= o) incl += n;
-        }
-        const unsigned excl = incl - c;
-        if (excl < remaining && remaining <= incl) {   // exactly one lane
-          unsigned cum = excl;
-          for (int i = 0; i < 8; ++i) {
-            const unsigned dgt = 255u - 8u * tid - i, h = s_hist[dgt];
-            if (cum + h >= remaining) {
-              s_prefix = prefix | (dgt << sh);
-              s_remaining = remaining - cum;
-              break;
-            }
-            cum += h;
-          }
-        }
-      }
-      __syncthreads();
-      prefix = s_prefix;
-      remaining = s_remaining;
-      pmask |= dmask << sh;
-      __syncthreads();
-    }
-    T = prefix;                                // every bit decided (or all candidates equal)
-    take = remaining;
-  }
-
-  // keep: key > T, or key == T among the first `take` such (ascending index), or j == nc - 1
-  unsigned n_eq = 0u;
-#pragma unroll
-  for (int i = 0; i < SEL_ITEMS; ++i) {
-    const int j = j_lo + i;
-    if (K > 0 && i < items && j < ncand && key[i] == T) ++n_eq;
-  }
-  unsigned dummy;
-  unsigned eq_rank = block_excl_scan(n_eq, s_warp, &dummy);
-  bool keep[SEL_ITEMS];
-  unsigned n_keep = 0u;
-#pragma unroll
-  for (int i = 0; i < SEL_ITEMS; ++i) {
-    const int j = j_lo + i;
-    bool k = false;
-    if (i < items && j < nblk) {
-      if (j == nc - 1) {
-        k = true;
-      } else if (K > 0 && j < ncand) {
-        if (key[i] > T) k = true;
-        else if (key[i] == T) k = eq_rank++ < take;
-      }
-      mask_row[j] = k ? 1 : 0;
-    }
-    keep[i] = k;
-    n_keep += k ? 1u : 0u;
-  }
-  unsigned kept_total;
-  unsigned rank = block_excl_scan(n_keep, s_warp, &kept_total);
-#pragma unroll
-  for (int i = 0; i < SEL_ITEMS; ++i)
-    if (keep[i]) s_kept[rank++] = j_lo + i;
-  __syncthreads();
   // the list: the kept blocks' tokens in order, then the tail [nc*R, t], then -1
-  const int n_blk_tok = (int)kept_total * R;   // kept_total == kblk
+  const int n_blk_tok = kblk * R;              // kblk blocks kept
   const int n_vis = n_blk_tok + (t + 1 - nc * R);
-  for (int p = tid; p < sel_w; p += blockDim.x) {
-    int v = -1;
-    if (p < n_blk_tok) v = s_kept[p / R] * R + p % R;
-    else if (p < n_vis) v = nc * R + (p - n_blk_tok);
-    idx_row[p] = v;
+  if (R % 4 == 0 && ((size_t)idx_row & 15) == 0) {
+    // 16-byte stores: entries p .. p+3 (p % 4 == 0) lie in one block's R tokens, or past them
+    const int step = 4 * SEL_THREADS, dq = step / R, dr = step - dq * R;
+    int slot = 4 * tid / R, r = 4 * tid - slot * R;   // p = slot * R + r
+    for (int p = 4 * tid; p < sel_w; p += step) {
+      int4 v;
+      if (p < n_blk_tok) {
+        const int t0 = sh.kept[slot] * R + r;
+        v = make_int4(t0, t0 + 1, t0 + 2, t0 + 3);
+      } else {
+        const int q = nc * R + (p - n_blk_tok);
+        v = make_int4(p < n_vis ? q : -1, p + 1 < n_vis ? q + 1 : -1,
+                      p + 2 < n_vis ? q + 2 : -1, p + 3 < n_vis ? q + 3 : -1);
+      }
+      *reinterpret_cast<int4*>(idx_row + p) = v;
+      slot += dq;
+      r += dr;
+      if (r >= R) { r -= R; ++slot; }
+    }
+  } else {
+    const int dq = SEL_THREADS / R, dr = SEL_THREADS - dq * R;
+    int slot = tid / R, r = tid - slot * R;    // p = slot * R + r
+    for (int p = tid; p < sel_w; p += SEL_THREADS) {
+      int v = -1;
+      if (p < n_blk_tok) v = sh.kept[slot] * R + r;
+      else if (p < n_vis) v = nc * R + (p - n_blk_tok);
+      idx_row[p] = v;
+      slot += dq;
+      r += dr;
+      if (r >= R) { r -= R; ++slot; }
+    }
   }
   if (tid == 0) sel_n[b] = n_vis;
 }

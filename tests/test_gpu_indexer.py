@@ -171,8 +171,9 @@ def test_select_first_selective_row(cp, gpu, rng):
 
 @pytest.mark.parametrize("n_slots,kblk", [(1100, 32), (8192, 300)])
 def test_select_many_blocks(cp, gpu, rng, n_slots, kblk):
-    """kblk = 32 over 1100 block slots (5 per thread of the 256-thread kernel) and kblk = 300
-    over the most the kernel takes (8192 = 32 per thread), rows crossing a block boundary."""
+    """kblk = 32 over 1100 block slots (the kernel's ITEMS 8 instance, last warp partly empty:
+    the fast path) and kblk = 300 over the most the kernel takes (8192 = 32 per thread: the
+    radix select), rows crossing a block boundary."""
     cfg = idx_cfg(R=8, kblk=kblk, inh=4, ihd=64)
     max_t, nb = 8 * n_slots, 3
     base_pos = max_t - nb                    # t = max_t - 3 .. max_t - 1: the last row completes a block
@@ -239,12 +240,55 @@ def test_selection_drives_attention(cp, gpu, rng):
         assert np.abs(out[b] - ref).max() <= 2e-5 * (scale + np.abs(ref)).max(), f"row {b}"
 
 
+@pytest.mark.parametrize("kind", ["rand", "ties_at_boundary", "all_equal", "ascending",
+                                  "denormal"])
+@pytest.mark.parametrize("nblk,kblk", [(2048, 32), (2049, 64), (8192, 129), (8192, 130)])
+def test_select_kernel_on_given_scores(cp, gpu, rng, kind, nblk, kblk):
+    """indexer_select launched on score rows given directly (-inf past nc, as block_scores
+    writes): exact against golden on each of its paths: the group-maximum filter (rand,
+    ascending, denormal), its fallback to the radix select when the filter keeps > 512 candidates
+    (a 30% tie group at the boundary, all equal) and K = kblk - 1 > 128 (kblk 130)."""
+    from qwenref.gpu._runtime import kernel
+    from qwenref.gpu.indexer import _SEL_THREADS
+    R, nb = 8, 3
+    base_pos = nblk * R - nb                                   # rows t = nblk*R - 3 .. - 1
+    S = np.full((nb, nblk), -np.inf, np.float32)
+    for b in range(nb):
+        nc = (base_pos + b + 1) // R
+        v = {"rand": lambda: rng.standard_normal(nc),
+             "ties_at_boundary": lambda: np.where(rng.random(nc) < 0.3, 3.0,
+                                                  rng.standard_normal(nc)),
+             "all_equal": lambda: np.zeros(nc),
+             "ascending": lambda: np.arange(nc, dtype=np.float64),
+             # below 2^-126 (and +-0.0): ordered by their bits, not by flushed arithmetic
+             "denormal": lambda: rng.standard_normal(nc) * 1e-41}[kind]()
+        S[b, :nc] = v
+    W = kblk * R + R
+    out = (cp.full((nb, W), 12345, cp.int32), cp.full((nb,), 777, cp.int32),
+           cp.full((nb, nblk), 7, cp.uint8))
+    kernel("indexer", "indexer_select")(
+        (nb,), (_SEL_THREADS,),
+        (cp.asarray(S), np.int32(nblk), np.int32(base_pos), np.int32(R), np.int32(kblk),
+         np.int32(W), *out))
+    sel_idx, sel_n, mask = (cp.asnumpy(a) for a in out)
+    for b in range(nb):
+        t = base_pos + b
+        nc = (t + 1) // R
+        idx, m = golden.visible_tokens(t, golden.select_blocks(S[b, :nc], kblk), R)
+        assert sel_n[b] == len(idx), f"row {b}"
+        assert (sel_idx[b, :len(idx)] == idx).all() and (sel_idx[b, len(idx):] == -1).all(), \
+            f"row {b}: token list differs from golden"
+        assert (mask[b, :nc] == m).all() and (mask[b, nc:] == 0).all(), f"row {b}: mask"
+
+
 def test_argument_checks(cp, gpu, rng):
     cfg = idx_cfg()
     _, cache = empty_caches(gpu, cfg, 64, 20)
     q = cp.zeros((2, 2, 32), cp.float32)
     with pytest.raises(ValueError, match="base_pos"):
         gpu.select_rows(q, cache, 19, cfg)
+    with pytest.raises(ValueError, match="base_pos"):                # more blocks than rows
+        gpu.select_rows(q, cache, 18, cfg.replace(indexer_compress_ratio=1, indexer_budget=4))
     with pytest.raises(ValueError, match="q"):
         gpu.block_scores(cp.zeros((2, 2, 16), cp.float32), cache, 0)
     with pytest.raises(ValueError, match="indexer"):

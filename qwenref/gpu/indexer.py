@@ -26,7 +26,7 @@ __all__ = ["indexer_queries", "update_block_keys", "block_scores", "select_rows"
 
 MAX_IHD = 512               # MAX_IHD in indexer.cu (the norm/RoPE vector lives in smem)
 _SEL_THREADS = 256           # SEL_THREADS in indexer.cu
-MAX_BLOCKS = 256 * 32       # SEL_THREADS * SEL_ITEMS in indexer.cu
+MAX_BLOCKS = 8192            # SEL_MAX_BLOCKS in indexer.cu
 _SCORE_WARPS = 8            # block keys per scoring CTA (256 threads)
 _SMEM_LIMIT = 48 * 1024
 
@@ -181,6 +181,9 @@ def select_rows(q, cache, base_pos, cfg, *, sel_idx_out=None, sel_n_out=None, ma
     if nblk > MAX_BLOCKS:
         raise ValueError(f"cache.blk_keys has {nblk} blocks; the selection kernel takes at most "
                          f"{MAX_BLOCKS} (max_t // R)")
+    if (base_pos + nb) // R > nblk:
+        raise ValueError(f"base_pos + nb = {base_pos} + {nb} has {(base_pos + nb) // R} complete "
+                         f"blocks of R = {R}, more than cache.blk_keys' {nblk} rows")
     width = kblk * R + R
     scores = out_array("scores_out", scores_out, (nb, nblk), np.float32)
     sel_idx = out_array("sel_idx_out", sel_idx_out, (nb, width), np.int32)
