@@ -41,9 +41,18 @@ def load_samples(name="nvidia-h200.npz"):
 def recorded_note(res):
     if not res:
         return "no GPU results recorded yet (run `python -m qwenref.bench` on a GPU machine)"
+    # a run of a few stages (bench --only) merges into the file: the header is the latest run's,
+    # and each run carries its own commit
+    commits = {}
+    for r in res.get("runs", []):
+        c = str(r.get("commit", res.get("commit")))[:10]
+        commits[c] = commits.get(c, 0) + 1
+    mixed = "" if len(commits) <= 1 else " (runs by commit: " + ", ".join(
+        f"{c}: {n}" for c, n in commits.items()) + ")"
     return (f"recorded on {res.get('device')} on {res.get('date')} at commit "
-            f"{str(res.get('commit'))[:10]} (CuPy {res.get('cupy')}, CUDA {res.get('cuda')}); "
-            f"device copy ceiling {res.get('copy_gbps', float('nan')):.0f} GB/s")
+            f"{str(res.get('commit'))[:10]}{mixed} (CuPy {res.get('cupy')}, CUDA "
+            f"{res.get('cuda')}); device copy ceiling {res.get('copy_gbps', float('nan')):.0f} "
+            f"GB/s in the latest run")
 
 
 def select_runs(res, stage=None, kernel=None, **shape):
