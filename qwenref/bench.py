@@ -14,7 +14,9 @@ Method (/work/.library/device/METHOD.md): random inputs, never zeros; rel_err = 
 ‖golden‖ in float64; timing with CUDA events, warm-up first, the median of many batches; before
 each batch a spin kernel holds the GPU while the host queues the batch, so the events time the
 GPU, not the Python launch rate; inputs rotate among copies when one set would fit in L2, so a
-streaming kernel streams from memory; the decode step is also timed as CUDA-graph replays.
+streaming kernel streams from memory; the decode step is also timed as CUDA-graph replays,
+and beside the q8 decode runs its floor: stream.cu's stream_read, one launch that reads the same
+bytes and nothing else (the best a single launch of that size can do).
 `bytes` is what the kernel must move: each input read once, each output written once, counted
 from the shapes (functions bytes_* below). copy_gbps = 2 × bytes / time of a device-to-device
 copy of 1 GiB in the same run; pct_of_copy = 100 · gbps / copy_gbps.
@@ -746,6 +748,34 @@ def case_attention(ctx, T, nb, kind, peer=True):
                      err, tol, iqr_us=iqr, **pk), ref, _host(out))
     if kind == "q8":
         _attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol)
+        if nb == 1:
+            del caches
+            _floor_runs(ctx, T, nb, nbytes)
+
+
+def _floor_runs(ctx, T, nb, nbytes, calls_per_graph=8):
+    """The floor of one launch at the decode's size: stream.cu's stream_read over nbytes (it
+    reads them and nothing else), queued and as graph replays like the decode, over rotated
+    buffers. err 0 when the XOR of its output equals the buffer's (every byte read), else 1."""
+    from .gpu.stream import stream_read, xor_words
+    from .tune_attention import time_graph
+    cp = ctx.cp
+    nr = max(2, ctx.n_rot(nbytes))
+    bufs = [cp.random.randint(-2 ** 31, 2 ** 31 - 1, size=nbytes // 16 * 4, dtype=cp.int32)
+            for _ in range(nr)]
+    outs = [stream_read(b) for b in bufs]
+    err = float(any(xor_words(o) != xor_words(b) for b, o in zip(bufs, outs)))
+    shape = {"T": T, "nb": nb, "bytes": nbytes}
+    name = "stream_read floor (one launch reading the decode's bytes)"
+    med, iqr = ctx.time(lambda i: stream_read(bufs[i], out=outs[i]), nr)
+    ctx.add(make_run("attention", name, shape, med, nbytes, ctx.copy_gbps, err, 0.0,
+                     iqr_us=iqr))
+    n = max(calls_per_graph, nr)
+    t, _, mode = time_graph(cp, [lambda i=i: stream_read(bufs[i % nr], out=outs[i % nr])
+                                 for i in range(n)], ctx.batches)
+    if mode == "graph":
+        ctx.add(make_run("attention", f"{name} (graph replay, {n} per graph)", shape, t * 1e6,
+                         nbytes, ctx.copy_gbps, err, 0.0))
 
 
 def attention_tol(cache, nb, sel_n=None):

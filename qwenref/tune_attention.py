@@ -88,17 +88,17 @@ def time_graph(cp, calls, reps):
 
 
 def read_floor(cp, nbytes, l2, reps):
-    """Seconds per launch of stream_read over nbytes (16 CTAs per SM), graph-replayed over
-    enough random buffers to exceed 3x the L2."""
-    from qwenref.gpu._runtime import kernel
-    k = kernel("stream", "stream_read")
-    n16 = nbytes // 16
-    bufs = [cp.random.randint(-2 ** 31, 2 ** 31 - 1, size=4 * n16, dtype=cp.int32)
+    """Seconds per launch of stream_read over nbytes, graph-replayed over enough random buffers
+    to exceed 3x the L2 (each launch's XOR checked against the buffer's)."""
+    from qwenref.gpu.stream import stream_read, xor_words
+    bufs = [cp.random.randint(-2 ** 31, 2 ** 31 - 1, size=nbytes // 16 * 4, dtype=cp.int32)
             for _ in range(max(2, math.ceil(3 * l2 / nbytes)))]
-    out = cp.zeros(1, cp.uint32)
-    grid = 16 * cp.cuda.Device().attributes["MultiProcessorCount"]
-    t, _, mode = time_graph(cp, [lambda b=b: k((grid,), (256,), (b, np.int64(n16), out))
-                                 for b in bufs], reps)
+    outs = [stream_read(b) for b in bufs]
+    for b, o in zip(bufs, outs):
+        if xor_words(o) != xor_words(b):
+            raise RuntimeError("stream_read: the XOR of its output is not the buffer's")
+    t, _, mode = time_graph(cp, [lambda b=b, o=o: stream_read(b, out=o)
+                                 for b, o in zip(bufs, outs)], reps)
     return t, mode
 
 

@@ -1,0 +1,42 @@
+"""The floor of one launch: kernels_cuda/stream.cu's stream_read reads a buffer once and does
+nothing else, so its time for n bytes is the best any kernel that must read n bytes in one
+launch can do at that size (the copy rate less the launch, ramp and tail). Not a stage of the
+layer: the bench and qwenref.tune_attention time it beside the decode it bounds.
+
+    out = stream_read(buf)                  # one launch; uint32 [grid], one word per CTA
+    xor_words(out) == xor_words(buf)        # every byte was read (host check)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._runtime import check_array, cupy, kernel, out_array
+
+__all__ = ["stream_read", "grid_size", "xor_words"]
+
+CTAS_PER_SM = 16            # 4 per SM leave HBM idle at tens of MB (stream.cu)
+_NT = 256                   # STREAM_NT in the .cu
+
+
+def grid_size():
+    return CTAS_PER_SM * int(cupy().cuda.Device().attributes["MultiProcessorCount"])
+
+
+def stream_read(buf, out=None):
+    """Read every byte of buf (a C-contiguous cupy array, nbytes a multiple of 16, 16-byte
+    aligned) in one launch of grid_size() CTAs. Returns out, uint32 [grid_size()]: the XOR of
+    each CTA's 16-byte words."""
+    check_array("buf", buf)
+    if buf.nbytes % 16 or buf.data.ptr % 16:
+        raise ValueError(f"buf must be 16-byte aligned with nbytes a multiple of 16, got "
+                         f"{buf.nbytes} bytes at offset {buf.data.ptr % 16}")
+    grid = grid_size()
+    out = out_array("out", out, (grid,), np.uint32)
+    kernel("stream", "stream_read")((grid,), (_NT,), (buf, np.int64(buf.nbytes // 16), out))
+    return out
+
+
+def xor_words(a):
+    """XOR of an array's uint32 words (host or cupy array; nbytes a multiple of 4)."""
+    h = a.get() if hasattr(a, "get") else np.asarray(a)
+    return int(np.bitwise_xor.reduce(np.ascontiguousarray(h).view(np.uint32).ravel()))
