@@ -749,33 +749,29 @@ def case_attention(ctx, T, nb, kind, peer=True):
     if kind == "q8":
         _attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol)
         if nb == 1:
-            del caches
+            del caches                          # the floor's buffers take their place
             _floor_runs(ctx, T, nb, nbytes)
 
 
 def _floor_runs(ctx, T, nb, nbytes, calls_per_graph=8):
     """The floor of one launch at the decode's size: stream.cu's stream_read over nbytes (it
     reads them and nothing else), queued and as graph replays like the decode, over rotated
-    buffers. err 0 when the XOR of its output equals the buffer's (every byte read), else 1."""
-    from .gpu.stream import stream_read, xor_words
+    buffers. checked_buffers raises (an error row) if a launch missed a byte; err is then 0."""
+    from .gpu.stream import checked_buffers, stream_read
     from .tune_attention import time_graph
-    cp = ctx.cp
     nr = max(2, ctx.n_rot(nbytes))
-    bufs = [cp.random.randint(-2 ** 31, 2 ** 31 - 1, size=nbytes // 16 * 4, dtype=cp.int32)
-            for _ in range(nr)]
-    outs = [stream_read(b) for b in bufs]
-    err = float(any(xor_words(o) != xor_words(b) for b, o in zip(bufs, outs)))
+    pairs = checked_buffers(nbytes, nr)
     shape = {"T": T, "nb": nb, "bytes": nbytes}
     name = "stream_read floor (one launch reading the decode's bytes)"
-    med, iqr = ctx.time(lambda i: stream_read(bufs[i], out=outs[i]), nr)
-    ctx.add(make_run("attention", name, shape, med, nbytes, ctx.copy_gbps, err, 0.0,
+    med, iqr = ctx.time(lambda i: stream_read(*pairs[i]), nr)
+    ctx.add(make_run("attention", name, shape, med, nbytes, ctx.copy_gbps, 0.0, 0.0,
                      iqr_us=iqr))
     n = max(calls_per_graph, nr)
-    t, _, mode = time_graph(cp, [lambda i=i: stream_read(bufs[i % nr], out=outs[i % nr])
-                                 for i in range(n)], ctx.batches)
+    t, _, mode = time_graph(ctx.cp, [lambda p=pairs[i % nr]: stream_read(*p) for i in range(n)],
+                            ctx.batches)
     if mode == "graph":
         ctx.add(make_run("attention", f"{name} (graph replay, {n} per graph)", shape, t * 1e6,
-                         nbytes, ctx.copy_gbps, err, 0.0))
+                         nbytes, ctx.copy_gbps, 0.0, 0.0))
 
 
 def attention_tol(cache, nb, sel_n=None):

@@ -89,16 +89,10 @@ def time_graph(cp, calls, reps):
 
 def read_floor(cp, nbytes, l2, reps):
     """Seconds per launch of stream_read over nbytes, graph-replayed over enough random buffers
-    to exceed 3x the L2 (each launch's XOR checked against the buffer's)."""
-    from qwenref.gpu.stream import stream_read, xor_words
-    bufs = [cp.random.randint(-2 ** 31, 2 ** 31 - 1, size=nbytes // 16 * 4, dtype=cp.int32)
-            for _ in range(max(2, math.ceil(3 * l2 / nbytes)))]
-    outs = [stream_read(b) for b in bufs]
-    for b, o in zip(bufs, outs):
-        if xor_words(o) != xor_words(b):
-            raise RuntimeError("stream_read: the XOR of its output is not the buffer's")
-    t, _, mode = time_graph(cp, [lambda b=b, o=o: stream_read(b, out=o)
-                                 for b, o in zip(bufs, outs)], reps)
+    to exceed 3x the L2 (each checked to have read every byte)."""
+    from qwenref.gpu.stream import checked_buffers, stream_read
+    pairs = checked_buffers(nbytes, max(2, math.ceil(3 * l2 / nbytes)))
+    t, _, mode = time_graph(cp, [lambda b=b, o=o: stream_read(b, out=o) for b, o in pairs], reps)
     return t, mode
 
 

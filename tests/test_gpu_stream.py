@@ -5,7 +5,7 @@ result unless it XORs to zero, which random data makes ~2^-32 likely)."""
 import numpy as np
 import pytest
 
-from qwenref.gpu.stream import grid_size, stream_read, xor_words
+from qwenref.gpu.stream import checked_buffers, grid_size, stream_read, xor_words
 
 pytestmark = pytest.mark.gpu
 
@@ -19,9 +19,11 @@ def test_stream_read_reads_every_word(cp, rng, n16):
     out = cp.full(grid_size(), 0xDEADBEEF, cp.uint32)              # poisoned
     assert stream_read(buf, out=out) is out
     assert xor_words(out) == xor_words(h)
-    # one flipped bit anywhere changes the answer
+    # a buffer one bit away gets its own answer (the output is computed, not stale)
+    before = xor_words(h)
     h[rng.integers(h.size)] ^= 1 << int(rng.integers(32))
-    assert xor_words(stream_read(cp.asarray(h))) == xor_words(h)
+    got = xor_words(stream_read(cp.asarray(h)))
+    assert got == xor_words(h) and got != before
 
 
 def test_stream_read_rejects_bad_buffers(cp):
@@ -33,3 +35,11 @@ def test_stream_read_rejects_bad_buffers(cp):
         stream_read(np.zeros(8, np.int32))
     with pytest.raises(ValueError, match="out"):
         stream_read(cp.zeros(8, cp.int32), out=cp.zeros(3, cp.uint32))
+
+
+def test_checked_buffers(cp):
+    pairs = checked_buffers(4096 * 16 + 8, 3)                      # rounded down to 16 bytes
+    assert len(pairs) == 3 and all(b.nbytes == 4096 * 16 for b, _ in pairs)
+    for b, o in pairs:
+        assert xor_words(o) == xor_words(b)
+    assert len({xor_words(b) for b, _ in pairs}) == 3               # distinct random contents

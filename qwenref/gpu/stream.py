@@ -12,7 +12,7 @@ import numpy as np
 
 from ._runtime import check_array, cupy, kernel, out_array
 
-__all__ = ["stream_read", "grid_size", "xor_words"]
+__all__ = ["stream_read", "grid_size", "xor_words", "checked_buffers"]
 
 CTAS_PER_SM = 16            # 4 per SM leave HBM idle at tens of MB (stream.cu)
 _NT = 256                   # STREAM_NT in the .cu
@@ -40,3 +40,18 @@ def xor_words(a):
     """XOR of an array's uint32 words (host or cupy array; nbytes a multiple of 4)."""
     h = a.get() if hasattr(a, "get") else np.asarray(a)
     return int(np.bitwise_xor.reduce(np.ascontiguousarray(h).view(np.uint32).ravel()))
+
+
+def checked_buffers(nbytes, n):
+    """n random buffers of nbytes (rounded down to 16) with their stream_read outputs, [(buf,
+    out), ...], each launch checked to have read every byte (RuntimeError otherwise): the inputs
+    of a floor timing that rotates over them (n copies > the L2 keep the reads in HBM)."""
+    cp = cupy()
+    pairs = []
+    for _ in range(n):
+        buf = cp.random.randint(-2 ** 31, 2 ** 31 - 1, size=nbytes // 16 * 4, dtype=cp.int32)
+        out = stream_read(buf)
+        if xor_words(out) != xor_words(buf):
+            raise RuntimeError("stream_read: the XOR of its output is not the buffer's")
+        pairs.append((buf, out))
+    return pairs
