@@ -9,7 +9,8 @@
 //                         grid (nj), block 128.
 //   indexer_block_scores  score[b, j] = sum_h relu(q[b,h] . bkey_j) * ihd^-0.5 for
 //                         j < (base_pos+b+1)//R, -inf for the rest of the row. grid
-//                         (ceil(nblk/8), nb), block 256 (a warp per block key), q[b] in smem.
+//                         (ceil(nblk/8), nb), block 256 (a warp per block key, 8 heads at a
+//                         time), q[b] in smem as float64.
 //   indexer_select        per row: dense (sel_n = 0, mask = the nc complete blocks) while
 //                         nc <= kblk; else keep block nc-1 plus the kblk-1 best others (ties:
 //                         lower index): a group-maximum filter and exact ranks within the few
@@ -139,32 +140,153 @@ extern "C" __global__ void __launch_bounds__(128) indexer_block_keys(
   norm_rope_block(s_x, ihd, w, eps, rd, theta, j * R, blk_keys + j * ihd, s_red);
 }
 
-// q [nb, inh, ihd]; bkeys [nblk, ihd]; out [nb, nblk]. Dynamic smem: inh * ihd floats.
-extern "C" __global__ void __launch_bounds__(256) indexer_block_scores(
-    const float* __restrict__ q, const float* __restrict__ bkeys, int inh, int ihd, int nblk,
-    int base_pos, int R, double scale, float* __restrict__ out) {
-  extern __shared__ float s_q[];
-  const int b = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+// ---- block scores --------------------------------------------------------------------------
+// One warp per block key j. The q rows sit in shared memory as float64 (the products q*k of two
+// float32 are exact in float64, as golden's are; no conversion per product), filled while the
+// key's loads are in flight. Heads go in groups of 8 with 8 independent accumulators per lane,
+// then one reduce-scatter over lane bits 4, 3, 2 (each step hands half the heads to the partner
+// lane: 4 + 2 + 1 shuffles) and two plain steps (bits 1, 0) leave lane L with head
+// 4 b4 + 2 b3 + b2 of the group summed over all 32 lanes; relu; the heads' sum by three more
+// shuffles: 12 float64 shuffles a key for 8 heads, against 40 for a tree per head.
+// Lane layout: for ihd = 64 V (V = 1, 2, 4, 8) lane L holds dims 64 c + 2L, 64 c + 2L + 1: the key
+// by float2 loads, q by one conflict-free LDS.128 (a double2) per chunk and head, at immediate
+// offsets (~110 instructions a warp at ihd 128, 8 heads); any other ihd: dims L + 32 i.
+// History (nblk 2048, 8 x 128, graph of 20): v1 (a head at a time, q converted per product,
+// ~1000 instructions a warp) 5.4 us; the reduce-scatter with dims L + 32 i (~730) 4.4 us.
+constexpr int SCORE_WARPS = 8;                 // keys per 256-thread CTA
+constexpr int SCORE_KPL = MAX_IHD / 32;        // key values a lane holds (any-ihd layout)
+
+// Lane L's head of this group after the reduce-scatter: 4 (L>>4 & 1) + 2 (L>>3 & 1) + (L>>2 & 1).
+__device__ __forceinline__ double reduce_scatter8(const double (&a)[8], int lane) {
+  const bool u16 = lane & 16, u8 = lane & 8, u4 = lane & 4;
+  double b4[4], b2[2];
+#pragma unroll
+  for (int u = 0; u < 4; ++u)
+    b4[u] = (u16 ? a[u + 4] : a[u]) + __shfl_xor_sync(0xffffffffu, u16 ? a[u] : a[u + 4], 16);
+#pragma unroll
+  for (int u = 0; u < 2; ++u)
+    b2[u] = (u8 ? b4[u + 2] : b4[u]) + __shfl_xor_sync(0xffffffffu, u8 ? b4[u] : b4[u + 2], 8);
+  double s = (u4 ? b2[1] : b2[0]) + __shfl_xor_sync(0xffffffffu, u4 ? b2[0] : b2[1], 4);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  return s;
+}
+
+// The sum over the 8 head slots (lane bits 4, 3, 2) of the relu'd group sums: every lane.
+__device__ __forceinline__ double sum_head_slots(double total) {
+  total += __shfl_xor_sync(0xffffffffu, total, 4);
+  total += __shfl_xor_sync(0xffffffffu, total, 8);
+  total += __shfl_xor_sync(0xffffffffu, total, 16);
+  return total;
+}
+
+// sum_h relu(q_h . k) in float64, ihd = 64 V: kd[2c], kd[2c+1] = the lane's dims of chunk c.
+template <int V>
+__device__ __forceinline__ double warp_score_v(const double* s_qd, const double (&kd)[2 * V],
+                                               int inh, int lane) {
+  constexpr int IHD = 64 * V;
+  double total = 0.0;                          // relu'd sums of lane's head slot, all groups
+  for (int h0 = 0; h0 < inh; h0 += 8) {
+    const double2* qh = reinterpret_cast<const double2*>(s_qd + h0 * IHD) + lane;
+    double a[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      a[u] = 0.0;                              // a missing head (h0 + u >= inh) stays 0
+      if (h0 + u < inh) {
+#pragma unroll
+        for (int c = 0; c < V; ++c) {
+          const double2 qq = qh[u * (IHD / 2) + 32 * c];
+          a[u] = fma(qq.x, kd[2 * c], a[u]);
+          a[u] = fma(qq.y, kd[2 * c + 1], a[u]);
+        }
+      }
+    }
+    const double s = reduce_scatter8(a, lane);
+    total += s > 0.0 ? s : 0.0;                // relu(0) of a missing head adds +0
+  }
+  return sum_head_slots(total);
+}
+
+// The same for any ihd: kr[i] = the lane's dim L + 32 i.
+__device__ __forceinline__ double warp_score_any(const double* s_qd, const float (&kr)[SCORE_KPL],
+                                                 int inh, int ihd, int lane) {
+  double total = 0.0;
+  for (int h0 = 0; h0 < inh; h0 += 8) {
+    double a[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) a[u] = 0.0;
+#pragma unroll
+    for (int i = 0; i < SCORE_KPL; ++i) {
+      if (32 * i >= ihd) break;                // uniform
+      const int d = lane + 32 * i;
+      if (d < ihd) {
+        const double kd = double(kr[i]);
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+          if (h0 + u < inh) a[u] = fma(s_qd[(h0 + u) * ihd + d], kd, a[u]);
+      }
+    }
+    const double s = reduce_scatter8(a, lane);
+    total += s > 0.0 ? s : 0.0;
+  }
+  return sum_head_slots(total);
+}
+
+// This CTA's SCORE_WARPS keys of row b = blockIdx.y -> out[b, j] (-inf for j >= nc).
+// V = ihd / 64 (the chunked layout) or 0 (any ihd).
+template <int V>
+__device__ __forceinline__ void score_keys(double* s_qd, const float* __restrict__ q,
+                                           const float* __restrict__ bkeys, int inh, int ihd,
+                                           int nblk, int base_pos, int R, double scale,
+                                           float* __restrict__ out) {
+  const int b = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long nc = ((long long)base_pos + b + 1) / R;
+  const int j = blockIdx.x * SCORE_WARPS + warp;
+  const bool live = j < nblk && j < nc;        // warp-uniform
+  const float* kj = bkeys + (size_t)j * ihd;
+  constexpr int NK = V > 0 ? V : SCORE_KPL;
+  float2 k2[V > 0 ? V : 1];
+  float kr[V > 0 ? 1 : SCORE_KPL];
+  if constexpr (V > 0) {
+#pragma unroll
+    for (int c = 0; c < NK; ++c)
+      k2[c] = live ? __ldg(reinterpret_cast<const float2*>(kj) + lane + 32 * c) : make_float2(0.f, 0.f);
+  } else {
+#pragma unroll
+    for (int i = 0; i < NK; ++i) kr[i] = live && lane + 32 * i < ihd ? __ldg(kj + lane + 32 * i) : 0.f;
+  }
   const float* qb = q + (size_t)b * inh * ihd;
-  for (int p = threadIdx.x; p < inh * ihd; p += blockDim.x) s_q[p] = qb[p];
+  for (int p = threadIdx.x; p < inh * ihd; p += blockDim.x) s_qd[p] = double(qb[p]);
   __syncthreads();
-  const int j = blockIdx.x * (blockDim.x / 32) + warp;
-  if (j >= nblk) return;
-  float* dst = out + (size_t)b * nblk + j;
-  if (j >= nc) {
-    if (lane == 0) *dst = -inf_f();
+  if (!live) {
+    if (lane == 0 && j < nblk) out[(size_t)b * nblk + j] = -inf_f();
     return;
   }
-  const float* kj = bkeys + (size_t)j * ihd;
-  double total = 0.0;
-  for (int h = 0; h < inh; ++h) {
-    double acc = 0.0;
-    for (int d = lane; d < ihd; d += 32) acc += double(s_q[h * ihd + d]) * double(__ldg(kj + d));
-    acc = warp_sum_d(acc);
-    total += acc > 0.0 ? acc : 0.0;
+  double total;
+  if constexpr (V > 0) {
+    double kd[2 * V];
+#pragma unroll
+    for (int c = 0; c < V; ++c) { kd[2 * c] = k2[c].x; kd[2 * c + 1] = k2[c].y; }
+    total = warp_score_v<V>(s_qd, kd, inh, lane);
+  } else {
+    total = warp_score_any(s_qd, kr, inh, ihd, lane);
   }
-  if (lane == 0) *dst = float(total * scale);
+  if (lane == 0) out[(size_t)b * nblk + j] = float(total * scale);
+}
+
+// q [nb, inh, ihd]; bkeys [nblk, ihd] (16-byte aligned); out [nb, nblk]. Dynamic smem: inh * ihd
+// doubles.
+extern "C" __global__ void __launch_bounds__(SCORE_WARPS * 32) indexer_block_scores(
+    const float* __restrict__ q, const float* __restrict__ bkeys, int inh, int ihd, int nblk,
+    int base_pos, int R, double scale, float* __restrict__ out) {
+  extern __shared__ double s_qd[];
+  switch (ihd) {                               // uniform
+    case 64:  score_keys<1>(s_qd, q, bkeys, inh, ihd, nblk, base_pos, R, scale, out); break;
+    case 128: score_keys<2>(s_qd, q, bkeys, inh, ihd, nblk, base_pos, R, scale, out); break;
+    case 256: score_keys<4>(s_qd, q, bkeys, inh, ihd, nblk, base_pos, R, scale, out); break;
+    case 512: score_keys<8>(s_qd, q, bkeys, inh, ihd, nblk, base_pos, R, scale, out); break;
+    default:  score_keys<0>(s_qd, q, bkeys, inh, ihd, nblk, base_pos, R, scale, out);
+  }
 }
 
 // ---- indexer_select ----------------------------------------------------------------------------

@@ -686,38 +686,67 @@ def golden_attention_rows(gc, q, base_pos, gate=None, sel=None, sparse_v=0.0):
     return out
 
 
-def _sdpa_peer(ctx, nb, nh, nkv, hd, T, cache_key):
-    """torch SDPA bf16 GQA decode [1, nh, nb, hd] x [1, nkv, T, hd]: the faster of the flash and
-    cuDNN backends. Memoised per shape."""
+def _sdpa_peer(ctx, nb, nh, nkv, hd, T, cache_key, graph_calls=0):
+    """torch SDPA bf16 GQA decode [1, nh, nb, hd] x [1, nkv, T, hd]: (name, us) of the faster of
+    the flash and cuDNN backends, or None. Queued like our kernels (ctx.time), or, with
+    graph_calls > 0, as replays of a torch.cuda.CUDAGraph of that many decodes (for a peer of
+    our graph-replay runs). Rotates over K/V copies when they fit the L2. Memoised per shape."""
     memo = ctx.__dict__.setdefault("_sdpa", {})
-    if cache_key in memo:
-        return memo[cache_key]
+    if (cache_key, graph_calls) in memo:
+        return memo[(cache_key, graph_calls)]
     t = ctx.torch
     if t is None:
         return None
     from torch.nn.attention import SDPBackend, sdpa_kernel
     F = t.nn.functional
-    per = 2 * nkv * T * hd * 2
-    nr = ctx.n_rot(per)
+    nr = ctx.n_rot(2 * nkv * T * hd * 2)
     q = t.randn(1, nh, nb, hd, device="cuda", dtype=t.bfloat16)
     kv = [(t.randn(1, nkv, T, hd, device="cuda", dtype=t.bfloat16),
            t.randn(1, nkv, T, hd, device="cuda", dtype=t.bfloat16)) for _ in range(nr)]
+
+    def fn(i):
+        return F.scaled_dot_product_attention(q, kv[i % nr][0], kv[i % nr][1], enable_gqa=True)
     best = None
     for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
             with sdpa_kernel([be]):
-                fn = lambda i: F.scaled_dot_product_attention(q, kv[i][0], kv[i][1],
-                                                              enable_gqa=True)
                 fn(0)
                 t.cuda.synchronize()
-                us = ctx.time(fn, nr)[0]
+                us = _torch_graph_us(t, fn, graph_calls, ctx.batches) if graph_calls else \
+                    ctx.time(fn, nr)[0]
         except Exception as e:
             print(f"  (SDPA {name} backend unavailable: {type(e).__name__}: {str(e)[:100]})")
             continue
         if best is None or us < best[1]:
-            best = (f"torch SDPA bf16 GQA ({name})", us)
-    memo[cache_key] = best
+            best = (f"torch SDPA bf16 GQA ({name}{', graph replay' if graph_calls else ''})", us)
+    memo[(cache_key, graph_calls)] = best
     return best
+
+
+def _torch_graph_us(t, fn, calls, batches):
+    """Median us per call of fn(i), i < calls, captured in one torch CUDA graph and replayed."""
+    side = t.cuda.Stream()
+    side.wait_stream(t.cuda.current_stream())
+    with t.cuda.stream(side):                         # warm-up off the legacy stream
+        for i in range(calls):
+            fn(i)
+    t.cuda.current_stream().wait_stream(side)
+    t.cuda.synchronize()
+    g = t.cuda.CUDAGraph()
+    with t.cuda.graph(g):
+        for i in range(calls):
+            fn(i)
+    g.replay()
+    t.cuda.synchronize()
+    a, b = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(batches):
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1e3 / calls)
+    return float(np.median(ts))
 
 
 def case_attention(ctx, T, nb, kind, peer=True):
@@ -879,9 +908,40 @@ def case_qsa(ctx, T, nb, kind="q8"):
     med, iqr = ctx.time(qsa)
     p = _sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, T, ("dense", T, nb))
     pk = {"peer": p[0] + " dense", "peer_us": p[1]} if p else {}
-    ctx.add(make_run("indexer", f"QSA select+attention {kind}", shape, med,
-                     bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk) + att_bytes,
+    qsa_bytes = bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk) + att_bytes
+    ctx.add(make_run("indexer", f"QSA select+attention {kind}", shape, med, qsa_bytes,
                      ctx.copy_gbps, err, tol, iqr_us=iqr, **pk))
+    _qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, qsa_bytes, tol)
+
+
+def _qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, nbytes, tol, calls_per_graph=8):
+    """The selective path as CUDA-graph replays (how a captured decode step runs its four
+    launches: block scores, selection, partials, combine), against dense SDPA also replayed
+    from a graph (torch.cuda.CUDAGraph, its faster backend): both sides timed the same way."""
+    from . import gpu
+    from .tune_attention import time_graph
+    cp = ctx.cp
+    s_idx, s_n, mask = gpu.select_rows(iq, cache, base, c)
+    scores = cp.empty(mask.shape, cp.float32)
+    m, l, o = gpu.attn_partials(q, cache, base, sel_idx=s_idx, sel_n=s_n)
+    out = cp.full(q.shape, cp.nan, cp.float32)
+
+    def qsa():
+        gpu.select_rows(iq, cache, base, c, sel_idx_out=s_idx, sel_n_out=s_n, mask_out=mask,
+                        scores_out=scores)
+        gpu.decode_attention(q, cache, base, sel_idx=s_idx, sel_n=s_n, out=out,
+                             partials=(m, l, o))
+    t, _, mode = time_graph(cp, [qsa] * calls_per_graph, ctx.batches)
+    if mode != "graph":
+        print(f"  (QSA graph capture failed: {mode}; no graph run recorded)")
+        return
+    nb = q.shape[0]
+    pg = _sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, shape["T"], ("dense", shape["T"], nb),
+                    graph_calls=calls_per_graph)
+    pk = {"peer": pg[0] + " dense", "peer_us": pg[1]} if pg else {}
+    ctx.add(make_run("indexer", f"QSA select+attention {shape['kind']} (graph replay, "
+                     f"{calls_per_graph} per graph)", shape, t * 1e6, nbytes, ctx.copy_gbps,
+                     rel_err(_host(out), ref), tol, **pk))
 
 
 _PROJS = (("qkv+indexer (fused)", 2 * 24 * 256 + 2 * 4 * 256 + 9 * 128, 5120),

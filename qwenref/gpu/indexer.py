@@ -27,8 +27,8 @@ __all__ = ["indexer_queries", "update_block_keys", "block_scores", "select_rows"
 MAX_IHD = 512               # MAX_IHD in indexer.cu (the norm/RoPE vector lives in smem)
 _SEL_THREADS = 256           # SEL_THREADS in indexer.cu
 MAX_BLOCKS = 8192            # SEL_MAX_BLOCKS in indexer.cu
-_SCORE_WARPS = 8            # block keys per scoring CTA (256 threads)
-_SMEM_LIMIT = 48 * 1024
+_SCORE_WARPS = 8            # block keys per scoring CTA (256 threads): SCORE_WARPS in the .cu
+_SMEM_LIMIT = 48 * 1024     # the scoring kernels' q rows: inh * ihd float64
 
 
 def _rotary_arg(rotary_dim, width):
@@ -134,9 +134,9 @@ def _check_scoring(q, cache, base_pos):
     nb, inh, _ = q.shape
     if nb < 1 or inh < 1:
         raise ValueError(f"q must hold at least one row and one head, got shape {q.shape}")
-    if inh * ihd * 4 > _SMEM_LIMIT:
+    if inh * ihd * 8 > _SMEM_LIMIT:
         raise ValueError(f"q's heads * width = {inh} * {ihd} does not fit the scoring kernel's "
-                         f"shared memory ({_SMEM_LIMIT // 4} floats)")
+                         f"shared memory ({_SMEM_LIMIT // 8} float64 values)")
     base_pos = _int_arg("base_pos", base_pos, 0)
     if base_pos + nb > len(cache):
         raise ValueError(f"base_pos + nb = {base_pos} + {nb} exceeds len(cache) = {len(cache)}: "
@@ -149,7 +149,7 @@ def _launch_scores(q, blk_keys, nb, inh, ihd, nblk, base_pos, R, out):
         (-(-nblk // _SCORE_WARPS), nb), (32 * _SCORE_WARPS,),
         (q, blk_keys, np.int32(inh), np.int32(ihd), np.int32(nblk), np.int32(base_pos),
          np.int32(R), np.float64(ihd ** -0.5), out),
-        shared_mem=inh * ihd * 4)
+        shared_mem=inh * ihd * 8)
 
 
 def block_scores(q, cache, base_pos, out=None):
