@@ -9,7 +9,7 @@
 //                         grid (nj), block 128.
 //   indexer_block_scores  score[b, j] = sum_h relu(q[b,h] . bkey_j) * ihd^-0.5 for
 //                         j < (base_pos+b+1)//R, -inf for the rest of the row. grid
-//                         (ceil(nblk/8), nb), block 256 (a warp per block key, 8 heads at a
+//                         (ceil(nblk/16), nb), block 512 (a warp per block key, 8 heads at a
 //                         time), q[b] in smem as float64.
 //   indexer_select        per row: dense (sel_n = 0, mask = the nc complete blocks) while
 //                         nc <= kblk; else keep block nc-1 plus the kblk-1 best others (ties:
@@ -150,10 +150,12 @@ extern "C" __global__ void __launch_bounds__(128) indexer_block_keys(
 // shuffles: 12 float64 shuffles a key for 8 heads, against 40 for a tree per head.
 // Lane layout: for ihd = 64 V (V = 1, 2, 4, 8) lane L holds dims 64 c + 2L, 64 c + 2L + 1: the key
 // by float2 loads, q by one conflict-free LDS.128 (a double2) per chunk and head, at immediate
-// offsets (~110 instructions a warp at ihd 128, 8 heads); any other ihd: dims L + 32 i.
+// offsets (ncu: 355 instructions a warp at ihd 128, 8 heads); any other ihd: dims L + 32 i.
 // History (nblk 2048, 8 x 128, graph of 20): v1 (a head at a time, q converted per product,
-// ~1000 instructions a warp) 5.4 us; the reduce-scatter with dims L + 32 i (~730) 4.4 us.
-constexpr int SCORE_WARPS = 8;                 // keys per 256-thread CTA
+// ~1000 instructions a warp) 5.4 us; the reduce-scatter with dims L + 32 i (~730) 4.4 us;
+// chunked lanes 3.2 us; 16 warps a CTA (128 CTAs, one q fill per SM) 2.9 us.
+constexpr int SCORE_WARPS = 16;                // keys per CTA (graph, nblk 2048: 16 warps 2.88 us; 4,
+                                               // 8, 32 warps: 3.88, 3.19, 3.54 us)
 constexpr int SCORE_KPL = MAX_IHD / 32;        // key values a lane holds (any-ihd layout)
 
 // Lane L's head of this group after the reduce-scatter: 4 (L>>4 & 1) + 2 (L>>3 & 1) + (L>>2 & 1).
@@ -276,7 +278,7 @@ __device__ __forceinline__ void score_keys(double* s_qd, const float* __restrict
 
 // q [nb, inh, ihd]; bkeys [nblk, ihd] (16-byte aligned); out [nb, nblk]. Dynamic smem: inh * ihd
 // doubles.
-extern "C" __global__ void __launch_bounds__(SCORE_WARPS * 32) indexer_block_scores(
+extern "C" __global__ void __launch_bounds__(SCORE_WARPS * 32, 1) indexer_block_scores(
     const float* __restrict__ q, const float* __restrict__ bkeys, int inh, int ihd, int nblk,
     int base_pos, int R, double scale, float* __restrict__ out) {
   extern __shared__ double s_qd[];
@@ -388,11 +390,17 @@ __device__ __forceinline__ unsigned long long sel_key(unsigned ok, int j) {
   return ((unsigned long long)ok << SEL_IDX_BITS) | (unsigned)(SEL_MAX_BLOCKS - 1 - j);
 }
 
+template <int ITEMS>
+__device__ __noinline__ void radix_keep(SelSmem& sh, const float* __restrict__ srow, int ncand,
+                                        int K);
+
 // One selective row (nc > kblk): fills sh.bits with the kept blocks (nc-1 included), then
 // sh.kept with their ids ascending and the mask row. Ends on a barrier (sh.kept readable).
-template <int ITEMS>
-__device__ void select_row(SelSmem& sh, const float* __restrict__ srow, int nblk, int nc,
-                           int kblk, unsigned char* __restrict__ mask_row) {
+// Q (groups 32 Q >= 2K) is the kernel's; K > 16 Q, or more than SEL_CAP survivors, go to
+// radix_keep, out of line so that the fast path's code is short and contiguous.
+template <int ITEMS, int Q>
+__device__ __forceinline__ void select_row(SelSmem& sh, const float* __restrict__ srow, int nblk,
+                                           int nc, int kblk, unsigned char* __restrict__ mask_row) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int ncand = nc - 1;                    // candidates j < ncand; block ncand is kept
   const int K = kblk - 1;                      // 0 <= K < ncand
@@ -414,18 +422,14 @@ __device__ void select_row(SelSmem& sh, const float* __restrict__ srow, int nblk
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) ok[i] = j0 + 32 * i < ncand ? order_key(sc[i]) : 0u;
 
-  bool fast = K >= 1 && K <= 16 * SEL_MAX_Q;
+  static_assert(Q == 2 || Q == 4 || Q == 8, "Q: 2, 4 or 8 (SEL_MAX_Q)");
+  bool fast = K >= 1 && K <= 16 * Q;
   if (fast) {
     // 1. group maxima
-    const int Q = K <= 32 ? 2 : (K <= 64 ? 4 : 8);
-    if (Q == 2) group_maxima<ITEMS, 2>(sh.gmax, ok);
-    else if (Q == 4) group_maxima<ITEMS, 4>(sh.gmax, ok);
-    else group_maxima<ITEMS, 8>(sh.gmax, ok);
+    group_maxima<ITEMS, Q>(sh.gmax, ok);
     __syncthreads();
     // 2. the threshold m
-    const unsigned best = Q == 2 ? group_threshold<2>(sh.gmax, K)
-                        : (Q == 4 ? group_threshold<4>(sh.gmax, K)
-                                  : group_threshold<8>(sh.gmax, K));
+    const unsigned best = group_threshold<Q>(sh.gmax, K);
     if (lane == 0 && best) atomicMax(&sh.m, best);
     __syncthreads();
     const unsigned m = sh.m;                   // 0 (all pass) if a group had no candidate
@@ -478,70 +482,7 @@ __device__ void select_row(SelSmem& sh, const float* __restrict__ srow, int nblk
       }
     }
   }
-  if (!fast && K >= 1) {                       // radix select (uniform branch)
-    // the composite key's digits, 8 bits from bit 44: [37,45) .. [13,21) are the order key's
-    // bytes, [5,13) and [0,5) the index field's: kept as (order key, index) halves so that no
-    // 64-bit key per item is live (ITEMS 32 fits 128 registers)
-    unsigned pre_hi = 0u, pre_lo = 0u, msk_hi = 0u, msk_lo = 0u;
-    unsigned remaining = (unsigned)K;          // still to take among keys matching the prefix
-    int buf = 0;
-    for (int hi = SEL_KEY_BITS; hi > 0; hi -= 8) {
-      const int sh_ = hi > 8 ? hi - 8 : 0;
-      const unsigned dmask = (1u << (hi - sh_)) - 1u;
-      const bool in_ok = sh_ >= SEL_IDX_BITS;  // this digit lies in the order key
-      const int dsh = in_ok ? sh_ - SEL_IDX_BITS : sh_;
-      sh.hist[buf ^ 1][tid] = 0u;              // next pass's bins (last read a pass ago)
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i) {
-        const int j = j0 + 32 * i;
-        const unsigned idx = (unsigned)(SEL_MAX_BLOCKS - 1 - j);
-        if (j < ncand && (ok[i] & msk_hi) == pre_hi && (idx & msk_lo) == pre_lo)
-          atomicAdd(&sh.hist[buf][((in_ok ? ok[i] : idx) >> dsh) & dmask], 1u);
-      }
-      __syncthreads();
-      if (warp == 0) {                         // lane L holds digits 255-8L .. 248-8L
-        const unsigned* h = sh.hist[buf];
-        unsigned c = 0u;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) c += h[255 - 8 * lane - k];
-        unsigned incl = c;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
-          if (lane >= o) incl += v;
-        }
-        const unsigned excl = incl - c;
-        if (excl < remaining && remaining <= incl) {   // exactly one lane
-          unsigned cum = excl;
-          for (int k = 0; k < 8; ++k) {
-            const unsigned dgt = 255u - 8u * lane - k, hd = h[dgt];
-            if (cum + hd >= remaining) {
-              sh.digit = dgt;
-              sh.remaining = remaining - cum;
-              sh.done = (remaining - cum == hd) ? 1u : 0u;   // the whole bin is kept: stop
-              break;
-            }
-            cum += hd;
-          }
-        }
-      }
-      __syncthreads();
-      if (in_ok) { pre_hi |= sh.digit << dsh; msk_hi |= dmask << dsh; }
-      else       { pre_lo |= sh.digit << dsh; msk_lo |= dmask << dsh; }
-      remaining = sh.remaining;
-      buf ^= 1;
-      if (sh.done) break;                      // uniform; rewritten only after the next barrier
-    }
-    // exactly K candidates have (order key, index) >= (pre_hi, pre_lo) (undecided bits 0)
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int j = j0 + 32 * i;
-      const unsigned idx = (unsigned)(SEL_MAX_BLOCKS - 1 - j);
-      const bool keep = j < ncand && (ok[i] > pre_hi || (ok[i] == pre_hi && idx >= pre_lo));
-      const unsigned bal = __ballot_sync(0xffffffffu, keep);
-      if (lane == 0 && bal) atomicOr(&sh.bits[warp * ITEMS + i], bal);
-    }
-  }
+  if (!fast && K >= 1) radix_keep<ITEMS>(sh, srow, ncand, K);   // uniform branch
   __syncthreads();                             // the bitmap is final
 
   // mask and slots: kept blocks in the words below this warp's range, then a running count
@@ -564,10 +505,92 @@ __device__ void select_row(SelSmem& sh, const float* __restrict__ srow, int nblk
   __syncthreads();
 }
 
-extern "C" __global__ void __launch_bounds__(SEL_THREADS, 2) indexer_select(
-    const float* __restrict__ scores, int nblk, int base_pos, int R, int kblk, int sel_w,
-    int* __restrict__ sel_idx, int* __restrict__ sel_n, unsigned char* __restrict__ mask) {
-  __shared__ __align__(16) SelSmem sh;
+// The radix fallback of select_row (K > 16 Q, or more than SEL_CAP candidates pass the group
+// filter): sets the K kept candidates' bits in sh.bits. Reloads the row's scores (L2) so that
+// the fast path's registers are not passed out of line. Whole CTA (barriers inside).
+template <int ITEMS>
+__device__ __noinline__ void radix_keep(SelSmem& sh, const float* __restrict__ srow, int ncand,
+                                        int K) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int j0 = 32 * warp * ITEMS + lane;
+  unsigned ok[ITEMS];
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) ok[i] = j0 + 32 * i < ncand ? order_key(srow[j0 + 32 * i]) : 0u;
+  // the composite key's digits, 8 bits from bit 44: [37,45) .. [13,21) are the order key's
+  // bytes, [5,13) and [0,5) the index field's: kept as (order key, index) halves so that no
+  // 64-bit key per item is live (ITEMS 32 fits 128 registers)
+  unsigned pre_hi = 0u, pre_lo = 0u, msk_hi = 0u, msk_lo = 0u;
+  unsigned remaining = (unsigned)K;          // still to take among keys matching the prefix
+  int buf = 0;
+  for (int hi = SEL_KEY_BITS; hi > 0; hi -= 8) {
+    const int sh_ = hi > 8 ? hi - 8 : 0;
+    const unsigned dmask = (1u << (hi - sh_)) - 1u;
+    const bool in_ok = sh_ >= SEL_IDX_BITS;  // this digit lies in the order key
+    const int dsh = in_ok ? sh_ - SEL_IDX_BITS : sh_;
+    sh.hist[buf ^ 1][tid] = 0u;              // next pass's bins (last read a pass ago)
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int j = j0 + 32 * i;
+      const unsigned idx = (unsigned)(SEL_MAX_BLOCKS - 1 - j);
+      if (j < ncand && (ok[i] & msk_hi) == pre_hi && (idx & msk_lo) == pre_lo)
+        atomicAdd(&sh.hist[buf][((in_ok ? ok[i] : idx) >> dsh) & dmask], 1u);
+    }
+    __syncthreads();
+    if (warp == 0) {                         // lane L holds digits 255-8L .. 248-8L
+      const unsigned* h = sh.hist[buf];
+      unsigned c = 0u;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) c += h[255 - 8 * lane - k];
+      unsigned incl = c;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+      }
+      const unsigned excl = incl - c;
+      if (excl < remaining && remaining <= incl) {   // exactly one lane
+        unsigned cum = excl;
+        for (int k = 0; k < 8; ++k) {
+          const unsigned dgt = 255u - 8u * lane - k, hd = h[dgt];
+          if (cum + hd >= remaining) {
+            sh.digit = dgt;
+            sh.remaining = remaining - cum;
+            sh.done = (remaining - cum == hd) ? 1u : 0u;   // the whole bin is kept: stop
+            break;
+          }
+          cum += hd;
+        }
+      }
+    }
+    __syncthreads();
+    if (in_ok) { pre_hi |= sh.digit << dsh; msk_hi |= dmask << dsh; }
+    else       { pre_lo |= sh.digit << dsh; msk_lo |= dmask << dsh; }
+    remaining = sh.remaining;
+    buf ^= 1;
+    if (sh.done) break;                      // uniform; rewritten only after the next barrier
+  }
+  // exactly K candidates have (order key, index) >= (pre_hi, pre_lo) (undecided bits 0)
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int j = j0 + 32 * i;
+    const unsigned idx = (unsigned)(SEL_MAX_BLOCKS - 1 - j);
+    const bool keep = j < ncand && (ok[i] > pre_hi || (ok[i] == pre_hi && idx >= pre_lo));
+    const unsigned bal = __ballot_sync(0xffffffffu, keep);
+    if (lane == 0 && bal) atomicOr(&sh.bits[warp * ITEMS + i], bal);
+  }
+}
+
+// indexer_select_i<ITEMS>_q<Q>: one kernel per (ITEMS, Q), so that a launch runs one short,
+// contiguous code path: the select runs on one SM whose instruction cache is cold after the
+// kernels before it (in a decode step, the instruction fetch was ncu's top stall: 63% of the
+// cycles), and a single kernel holding all six ITEMS and three Q paths inline spanned 20.6 k
+// instructions with the hot path spread across them. ITEMS = (nblk/32)/8 rounded up to a power
+// of two (1..32), Q = 2, 4, 8 for K = kblk-1 <= 32, <= 64, else (qwenref/gpu/indexer.py).
+template <int ITEMS, int Q>
+__device__ __forceinline__ void select_kernel(
+    SelSmem& sh, const float* __restrict__ scores, int nblk, int base_pos, int R, int kblk,
+    int sel_w, int* __restrict__ sel_idx, int* __restrict__ sel_n,
+    unsigned char* __restrict__ mask) {
   const int b = blockIdx.x, tid = threadIdx.x;
   const int t = base_pos + b;
   const int nc = (t + 1) / R;
@@ -580,14 +603,7 @@ extern "C" __global__ void __launch_bounds__(SEL_THREADS, 2) indexer_select(
     if (tid == 0) sel_n[b] = 0;
     return;
   }
-  const float* srow = scores + (size_t)b * nblk;
-  const int words = (nblk + 31) >> 5;          // per warp: words / 8, as a power of two
-  if (words <= 8) select_row<1>(sh, srow, nblk, nc, kblk, mask_row);
-  else if (words <= 16) select_row<2>(sh, srow, nblk, nc, kblk, mask_row);
-  else if (words <= 32) select_row<4>(sh, srow, nblk, nc, kblk, mask_row);
-  else if (words <= 64) select_row<8>(sh, srow, nblk, nc, kblk, mask_row);
-  else if (words <= 128) select_row<16>(sh, srow, nblk, nc, kblk, mask_row);
-  else select_row<32>(sh, srow, nblk, nc, kblk, mask_row);
+  select_row<ITEMS, Q>(sh, scores + (size_t)b * nblk, nblk, nc, kblk, mask_row);
 
   // the list: the kept blocks' tokens in order, then the tail [nc*R, t], then -1
   const int n_blk_tok = kblk * R;              // kblk blocks kept
@@ -626,3 +642,20 @@ extern "C" __global__ void __launch_bounds__(SEL_THREADS, 2) indexer_select(
   }
   if (tid == 0) sel_n[b] = n_vis;
 }
+
+#define SELECT_KERNEL(I, Q)                                                                      \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS, 2) indexer_select_i##I##_q##Q(      \
+      const float* __restrict__ scores, int nblk, int base_pos, int R, int kblk, int sel_w,     \
+      int* __restrict__ sel_idx, int* __restrict__ sel_n, unsigned char* __restrict__ mask) {   \
+    __shared__ __align__(16) SelSmem sh;                                                         \
+    select_kernel<I, Q>(sh, scores, nblk, base_pos, R, kblk, sel_w, sel_idx, sel_n, mask);      \
+  }
+#define SELECT_KERNELS(I) SELECT_KERNEL(I, 2) SELECT_KERNEL(I, 4) SELECT_KERNEL(I, 8)
+SELECT_KERNELS(1)
+SELECT_KERNELS(2)
+SELECT_KERNELS(4)
+SELECT_KERNELS(8)
+SELECT_KERNELS(16)
+SELECT_KERNELS(32)
+#undef SELECT_KERNELS
+#undef SELECT_KERNEL

@@ -247,14 +247,17 @@ def test_selection_drives_attention(cp, gpu, rng):
 
 @pytest.mark.parametrize("kind", ["rand", "ties_at_boundary", "all_equal", "ascending",
                                   "denormal"])
-@pytest.mark.parametrize("nblk,kblk", [(2048, 32), (2049, 64), (8192, 129), (8192, 130)])
+@pytest.mark.parametrize("nblk,kblk", [(2048, 32), (2049, 64), (8192, 129), (8192, 130), (400, 100),
+                                       (1000, 40)])
 def test_select_kernel_on_given_scores(cp, gpu, rng, kind, nblk, kblk):
-    """indexer_select launched on score rows given directly (-inf past nc, as block_scores
+    """The selection kernel launched on score rows given directly (-inf past nc, as block_scores
     writes): exact against golden on each of its paths: the group-maximum filter (rand,
     ascending, denormal), its fallback to the radix select when the filter keeps > 512 candidates
-    (a 30% tie group at the boundary, all equal) and K = kblk - 1 > 128 (kblk 130)."""
+    (a 30% tie group at the boundary, all equal) and K = kblk - 1 > 128 (kblk 130); kernels of
+    every Q (2, 4, 8) and ITEMS 2 to 32, one with fewer items per thread than groups (400, 100:
+    ITEMS 2, Q 8)."""
     from qwenref.gpu._runtime import kernel
-    from qwenref.gpu.indexer import _SEL_THREADS
+    from qwenref.gpu.indexer import _SEL_THREADS, select_kernel_name
     R, nb = 8, 3
     base_pos = nblk * R - nb                                   # rows t = nblk*R - 3 .. - 1
     S = np.full((nb, nblk), -np.inf, np.float32)
@@ -271,7 +274,7 @@ def test_select_kernel_on_given_scores(cp, gpu, rng, kind, nblk, kblk):
     W = kblk * R + R
     out = (cp.full((nb, W), 12345, cp.int32), cp.full((nb,), 777, cp.int32),
            cp.full((nb, nblk), 7, cp.uint8))
-    kernel("indexer", "indexer_select")(
+    kernel("indexer", select_kernel_name(nblk, kblk))(
         (nb,), (_SEL_THREADS,),
         (cp.asarray(S), np.int32(nblk), np.int32(base_pos), np.int32(R), np.int32(kblk),
          np.int32(W), *out))

@@ -22,12 +22,12 @@ from .._args import float_arg as _float_arg, int_arg as _int_arg
 from ._runtime import check_array, kernel, out_array
 
 __all__ = ["indexer_queries", "update_block_keys", "block_scores", "select_rows",
-           "MAX_BLOCKS", "MAX_IHD"]
+           "select_kernel_name", "MAX_BLOCKS", "MAX_IHD"]
 
 MAX_IHD = 512               # MAX_IHD in indexer.cu (the norm/RoPE vector lives in smem)
 _SEL_THREADS = 256           # SEL_THREADS in indexer.cu
 MAX_BLOCKS = 8192            # SEL_MAX_BLOCKS in indexer.cu
-_SCORE_WARPS = 8            # block keys per scoring CTA (256 threads): SCORE_WARPS in the .cu
+_SCORE_WARPS = 16           # block keys per scoring CTA (512 threads): SCORE_WARPS in the .cu
 _SMEM_LIMIT = 48 * 1024     # the scoring kernels' q rows: inh * ihd float64
 
 
@@ -191,8 +191,24 @@ def select_rows(q, cache, base_pos, cfg, *, sel_idx_out=None, sel_n_out=None, ma
     mask = out_array("mask_out", mask_out, (nb, nblk), np.uint8)
     if nblk:
         _launch_scores(q, cache.blk_keys, nb, inh, ihd, nblk, base_pos, R, scores)
-    kernel("indexer", "indexer_select")(
+    kernel("indexer", select_kernel_name(nblk, kblk))(
         (nb,), (_SEL_THREADS,),
         (scores, np.int32(nblk), np.int32(base_pos), np.int32(R), np.int32(kblk),
          np.int32(width), sel_idx, sel_n, mask))
     return sel_idx, sel_n, mask
+
+
+def select_kernel_name(nblk, kblk):
+    """indexer.cu's selection kernel for rows of nblk block slots keeping kblk blocks:
+    indexer_select_i<ITEMS>_q<Q>, ITEMS = the row's 32-block words per warp (8 warps) rounded up
+    to a power of two, Q = the group count / 32 of its filter (G = 32 Q >= 2 (kblk-1); past
+    kblk-1 = 128 the radix fallback runs, in any Q)."""
+    words = max(-(-nblk // 32), 1)
+    items = 1
+    while 8 * items < words:
+        items *= 2
+    if items > 32:
+        raise ValueError(f"nblk = {nblk} is more than the selection kernel takes ({MAX_BLOCKS})")
+    k = kblk - 1
+    q = 2 if k <= 32 else (4 if k <= 64 else 8)
+    return f"indexer_select_i{items}_q{q}"
