@@ -11,7 +11,9 @@
 //                         j < (base_pos+b+1)//R, -inf for the rest of the row. grid
 //                         (ceil(nblk/16), nb), block 512 (a warp per block key, 8 heads at a
 //                         time), q[b] in smem as float64.
-//   indexer_select        per row: dense (sel_n = 0, mask = the nc complete blocks) while
+//   indexer_select_i<ITEMS>_q<Q>  (one kernel per items-per-thread and filter size; the
+//                         wrapper picks it from nblk and kblk)
+//                         per row: dense (sel_n = 0, mask = the nc complete blocks) while
 //                         nc <= kblk; else keep block nc-1 plus the kblk-1 best others (ties:
 //                         lower index): a group-maximum filter and exact ranks within the few
 //                         survivors (radix select when that does not apply), a kept-block
