@@ -156,8 +156,8 @@ extern "C" __global__ void __launch_bounds__(128) indexer_block_keys(
 // History (nblk 2048, 8 x 128, graph of 20): v1 (a head at a time, q converted per product,
 // ~1000 instructions a warp) 5.4 us; the reduce-scatter with dims L + 32 i (~730) 4.4 us;
 // chunked lanes 3.2 us; 16 warps a CTA (128 CTAs, one q fill per SM) 2.9 us.
-constexpr int SCORE_WARPS = 16;                // keys per CTA (graph, nblk 2048: 16 warps 2.88 us; 4,
-                                               // 8, 32 warps: 3.88, 3.19, 3.54 us)
+// keys per CTA (graph, nblk 2048: 16 warps 2.88 us; 4, 8, 32 warps: 3.88, 3.19, 3.54 us)
+constexpr int SCORE_WARPS = 16;
 constexpr int SCORE_KPL = MAX_IHD / 32;        // key values a lane holds (any-ihd layout)
 
 // Lane L's head of this group after the reduce-scatter: 4 (L>>4 & 1) + 2 (L>>3 & 1) + (L>>2 & 1).
@@ -254,10 +254,12 @@ __device__ __forceinline__ void score_keys(double* s_qd, const float* __restrict
   if constexpr (V > 0) {
 #pragma unroll
     for (int c = 0; c < NK; ++c)
-      k2[c] = live ? __ldg(reinterpret_cast<const float2*>(kj) + lane + 32 * c) : make_float2(0.f, 0.f);
+      k2[c] = live ? __ldg(reinterpret_cast<const float2*>(kj) + lane + 32 * c)
+                   : make_float2(0.f, 0.f);
   } else {
 #pragma unroll
-    for (int i = 0; i < NK; ++i) kr[i] = live && lane + 32 * i < ihd ? __ldg(kj + lane + 32 * i) : 0.f;
+    for (int i = 0; i < NK; ++i)
+      kr[i] = live && lane + 32 * i < ihd ? __ldg(kj + lane + 32 * i) : 0.f;
   }
   const float* qb = q + (size_t)b * inh * ihd;
   for (int p = threadIdx.x; p < inh * ihd; p += blockDim.x) s_qd[p] = double(qb[p]);
@@ -392,9 +394,80 @@ __device__ __forceinline__ unsigned long long sel_key(unsigned ok, int j) {
   return ((unsigned long long)ok << SEL_IDX_BITS) | (unsigned)(SEL_MAX_BLOCKS - 1 - j);
 }
 
+// The radix fallback of select_row below (K > 16 Q, or more than SEL_CAP candidates pass the
+// group filter): sets the K kept candidates' bits in sh.bits. Reloads the row's scores (L2) so
+// that the fast path's registers are not passed out of line. Whole CTA (barriers inside).
 template <int ITEMS>
 __device__ __noinline__ void radix_keep(SelSmem& sh, const float* __restrict__ srow, int ncand,
-                                        int K);
+                                        int K) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int j0 = 32 * warp * ITEMS + lane;
+  unsigned ok[ITEMS];
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) ok[i] = j0 + 32 * i < ncand ? order_key(srow[j0 + 32 * i]) : 0u;
+  // the composite key's digits, 8 bits from bit 44: [37,45) .. [13,21) are the order key's
+  // bytes, [5,13) and [0,5) the index field's: kept as (order key, index) halves so that no
+  // 64-bit key per item is live (ITEMS 32 fits 128 registers)
+  unsigned pre_hi = 0u, pre_lo = 0u, msk_hi = 0u, msk_lo = 0u;
+  unsigned remaining = (unsigned)K;          // still to take among keys matching the prefix
+  int buf = 0;
+  for (int hi = SEL_KEY_BITS; hi > 0; hi -= 8) {
+    const int sh_ = hi > 8 ? hi - 8 : 0;
+    const unsigned dmask = (1u << (hi - sh_)) - 1u;
+    const bool in_ok = sh_ >= SEL_IDX_BITS;  // this digit lies in the order key
+    const int dsh = in_ok ? sh_ - SEL_IDX_BITS : sh_;
+    sh.hist[buf ^ 1][tid] = 0u;              // next pass's bins (last read a pass ago)
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int j = j0 + 32 * i;
+      const unsigned idx = (unsigned)(SEL_MAX_BLOCKS - 1 - j);
+      if (j < ncand && (ok[i] & msk_hi) == pre_hi && (idx & msk_lo) == pre_lo)
+        atomicAdd(&sh.hist[buf][((in_ok ? ok[i] : idx) >> dsh) & dmask], 1u);
+    }
+    __syncthreads();
+    if (warp == 0) {                         // lane L holds digits 255-8L .. 248-8L
+      const unsigned* h = sh.hist[buf];
+      unsigned c = 0u;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) c += h[255 - 8 * lane - k];
+      unsigned incl = c;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+      }
+      const unsigned excl = incl - c;
+      if (excl < remaining && remaining <= incl) {   // exactly one lane
+        unsigned cum = excl;
+        for (int k = 0; k < 8; ++k) {
+          const unsigned dgt = 255u - 8u * lane - k, hd = h[dgt];
+          if (cum + hd >= remaining) {
+            sh.digit = dgt;
+            sh.remaining = remaining - cum;
+            sh.done = (remaining - cum == hd) ? 1u : 0u;   // the whole bin is kept: stop
+            break;
+          }
+          cum += hd;
+        }
+      }
+    }
+    __syncthreads();
+    if (in_ok) { pre_hi |= sh.digit << dsh; msk_hi |= dmask << dsh; }
+    else       { pre_lo |= sh.digit << dsh; msk_lo |= dmask << dsh; }
+    remaining = sh.remaining;
+    buf ^= 1;
+    if (sh.done) break;                      // uniform; rewritten only after the next barrier
+  }
+  // exactly K candidates have (order key, index) >= (pre_hi, pre_lo) (undecided bits 0)
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int j = j0 + 32 * i;
+    const unsigned idx = (unsigned)(SEL_MAX_BLOCKS - 1 - j);
+    const bool keep = j < ncand && (ok[i] > pre_hi || (ok[i] == pre_hi && idx >= pre_lo));
+    const unsigned bal = __ballot_sync(0xffffffffu, keep);
+    if (lane == 0 && bal) atomicOr(&sh.bits[warp * ITEMS + i], bal);
+  }
+}
 
 // One selective row (nc > kblk): fills sh.bits with the kept blocks (nc-1 included), then
 // sh.kept with their ids ascending and the mask row. Ends on a barrier (sh.kept readable).
@@ -505,81 +578,6 @@ __device__ __forceinline__ void select_row(SelSmem& sh, const float* __restrict_
     run += __popc(word);
   }
   __syncthreads();
-}
-
-// The radix fallback of select_row (K > 16 Q, or more than SEL_CAP candidates pass the group
-// filter): sets the K kept candidates' bits in sh.bits. Reloads the row's scores (L2) so that
-// the fast path's registers are not passed out of line. Whole CTA (barriers inside).
-template <int ITEMS>
-__device__ __noinline__ void radix_keep(SelSmem& sh, const float* __restrict__ srow, int ncand,
-                                        int K) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int j0 = 32 * warp * ITEMS + lane;
-  unsigned ok[ITEMS];
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) ok[i] = j0 + 32 * i < ncand ? order_key(srow[j0 + 32 * i]) : 0u;
-  // the composite key's digits, 8 bits from bit 44: [37,45) .. [13,21) are the order key's
-  // bytes, [5,13) and [0,5) the index field's: kept as (order key, index) halves so that no
-  // 64-bit key per item is live (ITEMS 32 fits 128 registers)
-  unsigned pre_hi = 0u, pre_lo = 0u, msk_hi = 0u, msk_lo = 0u;
-  unsigned remaining = (unsigned)K;          // still to take among keys matching the prefix
-  int buf = 0;
-  for (int hi = SEL_KEY_BITS; hi > 0; hi -= 8) {
-    const int sh_ = hi > 8 ? hi - 8 : 0;
-    const unsigned dmask = (1u << (hi - sh_)) - 1u;
-    const bool in_ok = sh_ >= SEL_IDX_BITS;  // this digit lies in the order key
-    const int dsh = in_ok ? sh_ - SEL_IDX_BITS : sh_;
-    sh.hist[buf ^ 1][tid] = 0u;              // next pass's bins (last read a pass ago)
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int j = j0 + 32 * i;
-      const unsigned idx = (unsigned)(SEL_MAX_BLOCKS - 1 - j);
-      if (j < ncand && (ok[i] & msk_hi) == pre_hi && (idx & msk_lo) == pre_lo)
-        atomicAdd(&sh.hist[buf][((in_ok ? ok[i] : idx) >> dsh) & dmask], 1u);
-    }
-    __syncthreads();
-    if (warp == 0) {                         // lane L holds digits 255-8L .. 248-8L
-      const unsigned* h = sh.hist[buf];
-      unsigned c = 0u;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) c += h[255 - 8 * lane - k];
-      unsigned incl = c;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-      }
-      const unsigned excl = incl - c;
-      if (excl < remaining && remaining <= incl) {   // exactly one lane
-        unsigned cum = excl;
-        for (int k = 0; k < 8; ++k) {
-          const unsigned dgt = 255u - 8u * lane - k, hd = h[dgt];
-          if (cum + hd >= remaining) {
-            sh.digit = dgt;
-            sh.remaining = remaining - cum;
-            sh.done = (remaining - cum == hd) ? 1u : 0u;   // the whole bin is kept: stop
-            break;
-          }
-          cum += hd;
-        }
-      }
-    }
-    __syncthreads();
-    if (in_ok) { pre_hi |= sh.digit << dsh; msk_hi |= dmask << dsh; }
-    else       { pre_lo |= sh.digit << dsh; msk_lo |= dmask << dsh; }
-    remaining = sh.remaining;
-    buf ^= 1;
-    if (sh.done) break;                      // uniform; rewritten only after the next barrier
-  }
-  // exactly K candidates have (order key, index) >= (pre_hi, pre_lo) (undecided bits 0)
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int j = j0 + 32 * i;
-    const unsigned idx = (unsigned)(SEL_MAX_BLOCKS - 1 - j);
-    const bool keep = j < ncand && (ok[i] > pre_hi || (ok[i] == pre_hi && idx >= pre_lo));
-    const unsigned bal = __ballot_sync(0xffffffffu, keep);
-    if (lane == 0 && bal) atomicOr(&sh.bits[warp * ITEMS + i], bal);
-  }
 }
 
 // indexer_select_i<ITEMS>_q<Q>: one kernel per (ITEMS, Q), so that a launch runs one short,
