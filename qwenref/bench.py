@@ -47,7 +47,7 @@ __all__ = ["STAGES", "main", "make_run", "error_run", "rel_err", "validate_doc",
            "bytes_attention", "bytes_gemv_q8", "bytes_linear", "bytes_block_scores",
            "bytes_select", "layer_stage_bytes", "kv_bytes_per_token", "visible_tokens_count"]
 
-STAGES = ("norm", "rope", "wht", "kvcache", "attention", "indexer", "gemv", "layer")
+STAGES = ("norm", "rope", "wht", "kvcache", "attention", "indexer", "gemv", "layer", "ladder")
 RUN_KEYS = ("stage", "kernel", "shape", "median_us", "bytes", "gbps", "pct_of_copy", "rel_err")
 PEER_KEYS = ("peer", "peer_median_us", "speedup")
 DOC_KEYS = ("device", "date", "commit", "cupy", "cuda", "torch", "copy_gbps", "runs")
@@ -229,6 +229,8 @@ def make_run(stage, kernel, shape, median_us, nbytes, copy_gbps, err, tol, peer=
            "rel_err": float(err), "tol": float(tol), "ok": bool(err <= tol)}
     if peer is not None:
         run.update(peer=peer, peer_median_us=float(peer_us), speedup=float(peer_us) / us)
+    run["timing"] = "graph" if "graph replay" in str(kernel) else (
+        "eager" if "eager" in str(kernel) else "queued")
     run.update(extra)
     return run
 
@@ -312,8 +314,8 @@ def require_commit(env=None):
 def merge_results(doc, samples, old_doc, old_samples):
     """Keep old_doc's runs of the stages `doc` did not run (each run carries its own commit),
     then doc's runs; sample keys renumbered to the merged order. -> (doc, samples)."""
-    ran = {r["stage"] for r in doc["runs"]}
-    kept = [(i, r) for i, r in enumerate(old_doc.get("runs", [])) if r["stage"] not in ran]
+    ran = {_bench_stage(r) for r in doc["runs"]}
+    kept = [(i, r) for i, r in enumerate(old_doc.get("runs", [])) if _bench_stage(r) not in ran]
     runs, merged = [], {}
     for i, r in kept:
         if i in old_samples:
@@ -325,8 +327,13 @@ def merge_results(doc, samples, old_doc, old_samples):
         runs.append(r)
     merged_doc = dict(doc, runs=runs)
     if doc.get("only") is not None:        # the file now holds every merged stage, not just doc's
-        merged_doc["only"] = sorted({r["stage"] for r in runs})
+        merged_doc["only"] = sorted({_bench_stage(r) for r in runs})
     return merged_doc, merged
+
+
+def _bench_stage(run):
+    """The --only group a run belongs to: its stage, or "ladder" for the ladder's runs."""
+    return run.get("bench", run["stage"])
 
 
 def read_results(out_dir, slug):
@@ -1120,6 +1127,297 @@ def _selection_match(layer, trace, base):
     return float(np.mean(same))
 
 
+# ---- the ladder: every rung of every kernel family -----------------------------------------
+# `python -m qwenref.bench --only ladder` validates and times each rung (v0 = the direct
+# translation of the golden formula, then each faster idea) at one shape per family, and
+# records family, rung, default and the rung's own kernel name. The records keep their
+# pipeline stage in `stage` and carry bench="ladder", which --only merges by.
+
+_FAMILY_MODULE = {"rms_norm": "norm", "add_rms_norm": "norm", "qk_norm_rope": "rope",
+                  "wht": "wht", "q8_append": "kvcache", "turbo_append": "kvcache",
+                  "update_block_keys": "indexer", "block_scores": "indexer",
+                  "select": "indexer", "attention": "attention", "gemv": "gemv"}
+
+
+def family_rungs(family):
+    """(rung names in teaching order, the stage module) of a kernel family."""
+    import importlib
+    mod = importlib.import_module(f".gpu.{_FAMILY_MODULE[family]}", __package__)
+    return tuple(mod.RUNGS[family]), mod
+
+
+def rung_fields(family, impl, default, **kshape):
+    """The ladder fields of one run: family, rung (index in teaching order), default, kernel."""
+    rungs, mod = family_rungs(family)
+    return {"family": family, "rung": rungs.index(impl), "default": impl == default,
+            "kernel": mod.rung_kernel(family, impl, **kshape), "bench": "ladder"}
+
+
+def _ladder_runs(ctx, stage, family, shape, default, once, launch, ref, nbytes, tol,
+                 n_rot=1, max_inner=64, kshape=None, floor_us=None, impls=None, err_fn=None):
+    """Each rung of `family`: once(impl) -> its output on the host (outputs poisoned first),
+    checked against ref by err_fn (rel_err); then launch(impl, i) timed queued. tol: a number
+    or {impl: number}. One record per rung."""
+    rungs, _ = family_rungs(family)
+    for impl in impls or rungs:
+        try:
+            got = once(impl)
+            err = (err_fn or rel_err)(got, ref)
+            tol_i = tol[impl] if isinstance(tol, dict) else tol
+            med, iqr = ctx.time(lambda i: launch(impl, i), n_rot, max_inner)
+            meta = rung_fields(family, impl, default, **(kshape or {}))
+            fl = ({} if floor_us is None else
+                  {"floor_us": floor_us, "pct_of_floor": 100.0 * floor_us / med})
+            run = make_run(stage, meta.pop("kernel"), shape, med, nbytes, ctx.copy_gbps, err,
+                           tol_i, iqr_us=iqr, timing="queued", **meta, **fl)
+            same_size = np.size(got) == np.size(ref)
+            ctx.add(run, ref if same_size else None, got if same_size else None)
+        except Exception as e:                  # one broken rung must not hide the others
+            run = error_run(stage, f"{family} {impl}", shape, e)
+            run.update(family=family, rung=rungs.index(impl), bench="ladder")
+            ctx.add(run)
+            traceback.print_exc(limit=3, file=sys.stderr)
+
+
+def _poisoned(cp, shape):
+    return cp.full(shape, cp.nan, cp.float32)
+
+
+def ladder_norm(ctx, rows=8192, n=5120):
+    from . import golden, gpu
+    cp = ctx.cp
+    x, r = _randn(cp, (rows, n)), _randn(cp, (rows, n))
+    w = _randn(cp, (n,), 0.1, outliers=False)
+    y, s = _poisoned(cp, (rows, n)), _poisoned(cp, (rows, n))
+    shape = {"rows": rows, "n": n}
+
+    def once_n(impl):
+        y.fill(cp.nan)
+        return _host(gpu.rms_norm(x, w, 1e-6, out=y, impl=impl))
+    ref = golden.rms_norm(_host(x), _host(w), 1e-6)
+    _ladder_runs(ctx, "norm", "rms_norm", shape, "v1", once_n,
+                 lambda impl, i: gpu.rms_norm(x, w, 1e-6, out=y, impl=impl), ref,
+                 bytes_norm(rows, n), TOL_F32, max_inner=8)
+
+    def once_a(impl):
+        y.fill(cp.nan)
+        s.fill(cp.nan)
+        gpu.add_rms_norm(x, r, w, 1e-6, out=y, sum_out=s, impl=impl)
+        return np.concatenate([_host(y).ravel(), _host(s).ravel()])
+    ry, rs = golden.add_rms_norm(_host(x), _host(r), _host(w), 1e-6)
+    _ladder_runs(ctx, "norm", "add_rms_norm", shape, "v1", once_a,
+                 lambda impl, i: gpu.add_rms_norm(x, r, w, 1e-6, out=y, sum_out=s, impl=impl),
+                 np.concatenate([ry.ravel(), rs.ravel()]), bytes_norm(rows, n, True), TOL_F32,
+                 max_inner=8)
+
+
+def ladder_rope(ctx, nb=4096):
+    from . import golden, gpu
+    cp = ctx.cp
+    c = _qwen()
+    hd = c.head_dim
+    qg, k = _randn(cp, (nb, c.nh, 2 * hd)), _randn(cp, (nb, c.nkv, hd))
+    qw, kw = _randn(cp, (hd,), 0.1, False), _randn(cp, (hd,), 0.1, False)
+    pos_h = np.random.default_rng(1).integers(0, 131072, nb).astype(np.int32)
+    pos = cp.asarray(pos_h)
+    qo, ko = _poisoned(cp, (nb, c.nh, hd)), _poisoned(cp, (nb, c.nkv, hd))
+    args = (qg, k, qw, kw, pos, c.rotary_dim, c.rope_theta, 1e-6)
+
+    def once(impl):
+        qo.fill(cp.nan)
+        ko.fill(cp.nan)
+        gpu.qk_norm_rope(*args, q_out=qo, k_out=ko, impl=impl)
+        return np.concatenate([_host(qo).ravel(), _host(ko).ravel()])
+    rq, rk = golden.qk_norm_rope(_host(qg), _host(k), _host(qw), _host(kw), pos_h,
+                                 c.rotary_dim, c.rope_theta, 1e-6)
+    shape = {"nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": hd, "rotary_dim": c.rotary_dim}
+    from .gpu.rope import DEFAULT_RUNG
+    _ladder_runs(ctx, "rope", "qk_norm_rope", shape, DEFAULT_RUNG["qk_norm_rope"], once,
+                 lambda impl, i: gpu.qk_norm_rope(*args, q_out=qo, k_out=ko, impl=impl),
+                 np.concatenate([rq.ravel(), rk.ravel()]), bytes_rope(nb, c.nh, c.nkv, hd),
+                 TOL_ROPE, max_inner=8, kshape={"head_dim": hd})
+
+
+def ladder_wht(ctx, rows=65536, n=256):
+    from . import golden
+    from .gpu.wht import wht as gpu_wht
+    cp = ctx.cp
+    x = _randn(cp, (rows, n))
+    y = _poisoned(cp, (rows, n))
+
+    def once(impl):
+        y.fill(cp.nan)
+        return _host(gpu_wht(x, out=y, impl=impl))
+    _ladder_runs(ctx, "wht", "wht", {"rows": rows, "n": n}, "v1", once,
+                 lambda impl, i: gpu_wht(x, out=y, impl=impl), golden.wht(_host(x)),
+                 bytes_wht(rows, n), TOL_F32, max_inner=8, kshape={"n": n})
+
+
+def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2")):
+    """KVCache.append of nb tokens at successive positions; the stored bytes are compared."""
+    from . import golden, gpu
+    cp = ctx.cp
+    c = _dense_cfg()
+    max_inner = 2
+    calls = 3 + 1 + ctx.batches * max_inner + 2
+    k, v = _randn(cp, (nb, c.nkv, c.head_dim)), _randn(cp, (nb, c.nkv, c.head_dim))
+    for kind in kinds:
+        family = "q8_append" if kind == "q8" else "turbo_append"
+        gc = golden.KVCache(c, max_t=nb, kind=kind)
+        gc.append(_host(k), _host(v))
+        ref = np.concatenate([gc.keys(nb).ravel(), gc.values(nb).ravel()])
+        state = {}
+
+        def once(impl, kind=kind, gc=gc):
+            state["cache"] = cache = gpu.KVCache(c, max_t=calls * nb, kind=kind)
+            cache.append(k, v, impl=impl)
+            mine = cache.to_golden()
+            same = all((ms[n][:, :nb] == gs[n]).all()
+                       for ms, gs in ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store))
+                       for n in gs)
+            if not same:
+                raise AssertionError(f"{kind} append ({impl}): stored bytes differ from golden")
+            return np.concatenate([mine.keys(nb).ravel(), mine.values(nb).ravel()])
+        bits = 8 if kind == "q8" else int(kind[len("turbo"):])
+        _ladder_runs(ctx, "kvcache", family, {"nb": nb, "nkv": c.nkv, "head_dim": c.head_dim,
+                                              "kind": kind}, "v1", once,
+                     lambda impl, i: state["cache"].append(k, v, impl=impl), ref,
+                     bytes_append(nb, c.nkv, c.head_dim, kind), TOL_CODES, max_inner=max_inner,
+                     kshape={"head_dim": c.head_dim, "bits": bits})
+        del state
+
+
+def ladder_indexer(ctx, T=32768, nb=1):
+    """update_block_keys, block_scores and select at T tokens (27B indexer, R 64, budget 2048)."""
+    from . import golden, gpu
+    cp = ctx.cp
+    c = _qwen()
+    R, kblk, inh, ihd = c.indexer_compress_ratio, c.kblk, c.indexer_n_heads, c.indexer_head_dim
+    cache = gpu.KVCache(c, max_t=T, kind="q8")
+    knw = _randn(cp, (ihd,), 0.1, False)
+    _fill(ctx, [cache], T, knw)
+    base, n_blocks = T - nb, T // R
+    iq = _randn(cp, (nb, inh, ihd), outliers=False)
+    shape = {"T": T, "nb": nb, "R": R, "budget": c.indexer_budget, "inh": inh, "ihd": ihd}
+    gc = cache.to_golden()
+    gpu_bk = gc.blk_keys[:n_blocks].copy()
+    golden.update_block_keys(gc, _host(knw), c, 0, T)
+
+    def once_keys(impl):
+        cache.blk_keys.fill(cp.nan)
+        gpu.update_block_keys(cache, knw, c, 0, T, impl=impl)
+        return _host(cache.blk_keys[:n_blocks])
+    _ladder_runs(ctx, "indexer", "update_block_keys", shape, "v1", once_keys,
+                 lambda impl, i: gpu.update_block_keys(cache, knw, c, 0, T, impl=impl),
+                 gc.blk_keys[:n_blocks], 4 * (T * ihd + n_blocks * ihd), TOL_ROPE, max_inner=4)
+    gpu.update_block_keys(cache, knw, c, 0, T)          # the default rung's keys for the rest
+
+    max_blocks = cache.blk_keys.shape[0]
+    iq_h = _host(iq)
+    ncs = [(base + b + 1) // R for b in range(nb)]
+    ref_sc = np.concatenate([golden.block_scores(iq_h[b], gpu_bk[:ncs[b]]) for b in range(nb)])
+    sc = _poisoned(cp, (nb, max_blocks))
+
+    def once_scores(impl):
+        sc.fill(cp.nan)
+        h = _host(gpu.block_scores(iq, cache, base, out=sc, impl=impl))
+        return np.concatenate([h[b, :ncs[b]] for b in range(nb)])
+    _ladder_runs(ctx, "indexer", "block_scores", shape, "v1", once_scores,
+                 lambda impl, i: gpu.block_scores(iq, cache, base, out=sc, impl=impl), ref_sc,
+                 bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks), TOL_F32)
+
+    ref_sel = [golden.row_selection(base + b, iq_h[b], gpu_bk, R, kblk)[0] for b in range(nb)]
+
+    def once_select(impl):
+        si, sn, _ = gpu.select_rows(iq, cache, base, c, impl=impl)
+        si, sn = _host(si), _host(sn)
+        return [si[b, :sn[b]] if sn[b] > 0 else np.arange(base + b + 1) for b in range(nb)]
+
+    def differing(got, ref):
+        return float(np.mean([len(np.setxor1d(g, r)) / (2 * len(r)) for g, r in zip(got, ref)]))
+    _ladder_runs(ctx, "indexer", "select", shape, "v1", once_select,
+                 lambda impl, i: gpu.select_rows(iq, cache, base, c, impl=impl), ref_sel,
+                 bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk), TOL_SELECT,
+                 err_fn=differing, kshape={"nblk": n_blocks, "kblk": kblk})
+
+
+def _floor_us(ctx, nbytes):
+    """Queued time of one stream_read launch over nbytes (rotated buffers): the read floor."""
+    from .gpu.stream import checked_buffers, stream_read
+    nr = max(2, ctx.n_rot(nbytes))
+    pairs = checked_buffers(nbytes, nr)
+    med, _ = ctx.time(lambda i: stream_read(*pairs[i]), nr)
+    return med
+
+
+def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4")):
+    """Dense decode at T tokens on each rung (v0 one warp per (row, head) over all tokens, v1
+    split-T on CUDA cores, mma tensor cores where the cache is q8), beside the read floor."""
+    from . import gpu
+    from .gpu.attention import choose_impl
+    cp = ctx.cp
+    c = _dense_cfg()
+    for kind in kinds:
+        nbytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, kind, T - nb)
+        floor = _floor_us(ctx, nbytes)
+        nr = ctx.n_rot(T * kv_bytes_per_token(kind, c.nkv, c.head_dim))
+        caches = [gpu.KVCache(c, max_t=T, kind=kind) for _ in range(nr)]
+        _fill(ctx, caches, T)
+        base = T - nb
+        q = _randn(cp, (nb, c.nh, c.head_dim), 2.0)
+        out = _poisoned(cp, (nb, c.nh, c.head_dim))
+        ref = golden_attention_rows(caches[0].to_golden(), _host(q), base)
+
+        def once(impl):
+            out.fill(cp.nan)
+            return _host(gpu.decode_attention(q, caches[0], base, out=out, impl=impl))
+        impls = ("v0", "v1", "mma") if kind == "q8" else ("v0", "v1")
+        shape = {"T": T, "nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": c.head_dim,
+                 "kind": kind}
+        _ladder_runs(ctx, "attention", "attention", shape, choose_impl(caches[0], nb), once,
+                     lambda impl, i: gpu.decode_attention(q, caches[i], base, out=out,
+                                                          impl=impl),
+                     ref, nbytes, {"v0": TOL_ATTN, "v1": TOL_ATTN, "mma": TOL_ATTN_MMA},
+                     n_rot=nr, max_inner=8, floor_us=floor, impls=impls,
+                     kshape={"kind": kind, "nb": nb, "n_rep": c.n_rep})
+        del caches
+
+
+def ladder_gemv(ctx, nb=1, n_out=5120, n_in=6144):
+    """The o_proj GEMV (27B) with q8 and f32 weights on each rung."""
+    from . import golden, gpu
+    cp = ctx.cp
+    w = cp.random.standard_normal((n_out, n_in), dtype=cp.float32) * np.float32(0.02)
+    q, d = gpu.q8_weight(w)
+    x = _randn(cp, (nb, n_in), outliers=False)
+    y = _poisoned(cp, (nb, n_out))
+    shape = {"nb": nb, "n_in": n_in, "n_out": n_out, "proj": "o_proj"}
+    for kind in ("q8", "f32"):
+        if kind == "q8":
+            ws = bytes_gemv_q8(nb, n_in, n_out)
+            nr = ctx.n_rot(ws)
+            mats = [(q, d)] + [(q.copy(), d.copy()) for _ in range(nr - 1)]
+            ref = golden.linear(_host(x), golden.q8_dequantize(_host(q), _host(d)))
+            call = lambda impl, i: gpu.gemv_q8(x, *mats[i], out=y, impl=impl)
+        else:
+            ws = bytes_linear(nb, n_in, n_out, 4)
+            nr = ctx.n_rot(ws)
+            mats = [w] + [w.copy() for _ in range(nr - 1)]
+            ref = golden.linear(_host(x), _host(w))
+            call = lambda impl, i: gpu.gemv_f32(x, mats[i], out=y, impl=impl)
+
+        def once(impl, call=call):
+            y.fill(cp.nan)
+            call(impl, 0)
+            return _host(y)
+        _ladder_runs(ctx, "gemv", "gemv", dict(shape, weights=kind), "v1", once, call, ref, ws,
+                     TOL_F32, n_rot=nr, kshape={"kind": kind, "nb": nb, "n_out": n_out})
+
+
+LADDER = (ladder_norm, ladder_rope, ladder_wht, ladder_append, ladder_indexer, ladder_attention,
+          ladder_gemv)
+
+
 def _cases(quick):
     """(stage, kernel, shape, callable) in run order; quick = fewer and smaller."""
     K = 1024
@@ -1166,6 +1464,8 @@ def _cases(quick):
     T = (4 if qk else 32) * K
     cases.append(("layer", "decode step q8", {"T": T},
                   lambda c: case_layer(c, T, [1] if qk else [1, 4])))
+    for fn in LADDER:
+        cases.append(("ladder", fn.__name__, {}, lambda c, fn=fn: fn(c)))
     return cases
 
 

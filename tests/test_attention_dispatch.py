@@ -58,3 +58,63 @@ def test_choose_impl_other_kinds_and_forcing():
     assert A.choose_impl(cache(6), 1, impl="v1") == "v1"
     with pytest.raises(ValueError, match="impl='mma' does not apply"):
         A.choose_impl(cache(6, kind="bf16"), 1, impl="mma")
+
+
+# ---- rungs: v0 (attention_v0.cu), v1, mma ------------------------------------------------------
+SRC_V0 = (Path(__file__).resolve().parent.parent / "kernels_cuda" / "attention_v0.cu").read_text()
+
+
+def test_rungs():
+    assert A.RUNGS == {"attention": ("v0", "v1", "mma")}
+    assert A.DEFAULT_RUNG == {"attention": None}          # None: choose_impl decides per call
+    assert A.choose_impl(cache(6), 1, impl="v0") == "v0"
+    assert A.choose_impl(cache(6, kind="turbo3"), 9, 1e-3, object(), impl="v0") == "v0"
+
+
+@pytest.mark.parametrize("kind", golden.CACHE_KINDS)
+def test_every_kind_has_a_kernel_on_each_rung(kind):
+    """v0 and v1 cover every cache kind; the names exist in their sources (ATTENTION_V0(<pair>,
+    ...) makes attention_v0_<pair>, ATTN_PARTIALS(<pair>, ...) attn_partials_<pair>)."""
+    v0 = A.rung_kernel("attention", "v0", kind=kind, nb=3, n_rep=4, hd=64)
+    v1 = A.rung_kernel("attention", "v1", kind=kind, nb=3, n_rep=4, hd=64)
+    pair = v0[len("attention_v0_"):]
+    assert v1 == "attn_partials_" + pair
+    assert re.search(rf"^ATTENTION_V0\({pair},", SRC_V0, re.MULTILINE), v0
+    assert re.search(rf"^ATTN_PARTIALS\({pair},", SRC, re.MULTILINE), v1
+
+
+@pytest.mark.parametrize("impl,shape,name", [
+    ("v0", {"kind": "q8"}, "attention_v0_q8_q8"),
+    ("v0", {"kind": "bf16k-turbo2v"}, "attention_v0_bf16_turbo2"),
+    ("v1", {"kind": "q8"}, "attn_partials_q8_q8"),
+    ("mma", {"kind": "q8", "nb": 4, "n_rep": 6}, "attn_partials_q8_mma_n3"),
+    ("mma", {"kind": "q8", "n_rep": 2, "selective": True}, "attn_partials_q8_mma_sel_n1"),
+    (None, {"kind": "q8", "nb": 1, "n_rep": 6, "hd": 256}, "attn_partials_q8_mma_n1"),
+    (None, {"kind": "q8", "nb": 6, "n_rep": 6}, "attn_partials_q8_q8"),
+    (None, {"kind": "q8", "sparse_v": 1e-3}, "attn_partials_q8_q8"),
+    (None, {"kind": "q8", "hd": 64}, "attn_partials_q8_q8"),
+    (None, {"kind": "turbo4"}, "attn_partials_turbo4_turbo4")])
+def test_rung_kernel(impl, shape, name):
+    assert A.rung_kernel("attention", impl, **shape) == name
+
+
+def test_rung_kernel_refuses():
+    with pytest.raises(ValueError, match="family"):
+        A.rung_kernel("norm", "v0")
+    with pytest.raises(ValueError, match="impl"):
+        A.rung_kernel("attention", "v2")
+    with pytest.raises(ValueError, match="kind"):
+        A.rung_kernel("attention", "v0", kind="q4")
+    with pytest.raises(ValueError, match="impl='mma' does not apply"):
+        A.rung_kernel("attention", "mma", kind="bf16")
+
+
+def test_bad_impl_is_refused_before_anything_runs():
+    """Checked first, so no GPU (and no argument) is needed to see it; attn_partials has no v0."""
+    for bad in ("bogus", "V0", 0):
+        with pytest.raises(ValueError, match="impl"):
+            A.decode_attention(None, None, 0, impl=bad)
+        with pytest.raises(ValueError, match="impl"):
+            A.attn_partials(None, None, 0, impl=bad)
+    with pytest.raises(ValueError, match="impl='v0' has no partials"):
+        A.attn_partials(None, None, 0, impl="v0")

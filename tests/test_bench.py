@@ -290,3 +290,48 @@ def test_cases_cover_every_stage_and_the_target_shapes():
     assert all(callable(fn) for *_, fn in cases)
     quick = bench._cases(quick=True)
     assert {s for s, *_ in quick} == set(bench.STAGES) and len(quick) < len(cases)
+
+
+# ---- the ladder ----------------------------------------------------------------------------
+
+def test_write_results_merge_keeps_the_ladder_apart_from_its_stages(tmp_path):
+    ladder = dict(_run(stage="norm", kernel="rms_norm_v0"), bench="ladder", family="rms_norm",
+                  rung=0, default=False)
+    bench.write_results(_doc([_run(stage="norm", kernel="rms_norm"), ladder]), {}, tmp_path, "d")
+    # --only norm replaces the norm stage's runs and keeps the ladder's norm rung
+    again = [_run(stage="norm", kernel="rms_norm", median_us=9.0)]
+    bench.write_results(dict(_doc(again), only=["norm"]), {}, tmp_path, "d", merge=True)
+    doc, _ = bench.read_results(tmp_path, "d")
+    assert [(r["kernel"], r.get("bench")) for r in doc["runs"]] == [
+        ("rms_norm_v0", "ladder"), ("rms_norm", None)]
+    assert doc["only"] == ["ladder", "norm"]
+
+
+# the kernel-choosing shape each ladder case passes for its family
+_LADDER_SHAPES = {
+    "rms_norm": {}, "add_rms_norm": {}, "qk_norm_rope": {"head_dim": 256}, "wht": {"n": 256},
+    "q8_append": {"head_dim": 256, "bits": 8}, "turbo_append": {"head_dim": 256, "bits": 4},
+    "update_block_keys": {}, "block_scores": {}, "select": {"nblk": 512, "kblk": 32},
+    "attention": {"kind": "q8", "nb": 1, "n_rep": 6}, "gemv": {"kind": "q8", "nb": 1,
+                                                                "n_out": 5120}}
+
+
+def test_the_ladder_covers_every_family():
+    assert set(_LADDER_SHAPES) == set(bench._FAMILY_MODULE)
+    assert {fn.__name__ for fn in bench.LADDER} <= {n for _, n, *_ in bench._cases(False)}
+
+
+@pytest.mark.parametrize("family", sorted(bench._FAMILY_MODULE))
+def test_every_family_has_a_v0_rung_declared_in_its_kernel_file(family):
+    rungs, _ = bench.family_rungs(family)
+    assert rungs[0] == "v0" and len(rungs) >= 2 and len(set(rungs)) == len(rungs)
+    shape = _LADDER_SHAPES[family]
+    fields = bench.rung_fields(family, "v0", "v1", **shape)
+    assert fields["rung"] == 0 and fields["default"] is False and fields["family"] == family
+    sources = "".join(p.read_text() for p in qwenref.gpu.kernels_dir().glob("*_v0.cu"))
+    assert fields["kernel"].endswith("_v0") or "_v0_" in fields["kernel"]
+    assert fields["kernel"].split("_v0")[0] + "_v0" in sources
+    # the later rungs name kernels too, and the ladder records them in teaching order
+    for i, impl in enumerate(rungs[1:], 1):
+        later = bench.rung_fields(family, impl, impl, **shape)
+        assert later["rung"] == i and later["default"] is True and later["kernel"]

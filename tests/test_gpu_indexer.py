@@ -10,12 +10,18 @@ relative, plus the same times the vector's scale for entries near 0), and scores
 Selection must match exactly on inputs whose score gaps exceed that by far (constructed with
 gaps >= 1e-3 relative, and asserted), and on exact ties (identical block keys give identical
 float32 scores on both sides: ties go to the lower index).
+
+Rungs: every test of update_block_keys, block_scores and select_rows runs on each rung in
+RUNGS (v0: kernels_cuda/indexer_v0.cu, v1: indexer.cu) with the same tolerances: v0 keeps v1's
+precision choices (float64 block mean, sum of squares, dot products, head sum and RoPE, each
+rounded to float32 once), so it is held to the same 16 ulps / 1 ulp / exact selection.
 """
 import numpy as np
 import pytest
 
 import qwenref
 from qwenref import golden
+from qwenref.gpu.indexer import RUNGS
 
 pytestmark = pytest.mark.gpu
 
@@ -43,7 +49,8 @@ def assert_close_ulps(cp, got, ref, what):
     scale = np.abs(ref).max(axis=-1, keepdims=True)
     err = np.abs(got - ref)
     tol = ULPS * (np.abs(ref) + scale)
-    assert (err <= tol).all(), f"{what}: max err {err.max():.3g} (tol {tol.flat[err.argmax()]:.3g})"
+    assert (err <= tol).all(), \
+        f"{what}: max err {err.max():.3g} (tol {tol.flat[err.argmax()]:.3g})"
 
 
 def test_indexer_queries(cp, gpu, rng):
@@ -62,29 +69,61 @@ def test_indexer_queries(cp, gpu, rng):
     assert_close_ulps(cp, out, ref, "queries")
 
 
-def test_update_block_keys(cp, gpu, rng):
-    """Two incremental updates cover blocks [0, 3) and [3, 9); nothing else is written."""
-    cfg = idx_cfg(R=8, ihd=32)
-    T, max_t = 8 * 9 + 5, 100
-    raw = (rng.standard_normal((max_t, 32)) + rng.standard_normal(32)).astype(np.float32)
-    w = (rng.standard_normal(32) * 0.3).astype(np.float32)
+@pytest.mark.parametrize("impl", RUNGS["update_block_keys"])
+@pytest.mark.parametrize("R,ihd", [(8, 32), (5, 40), (3, 100)])
+def test_update_block_keys(cp, gpu, rng, impl, R, ihd):
+    """Two incremental updates cover blocks [0, 3) and [3, 9) (the first ends mid-block);
+    nothing else is written. R 8 with ihd 32 (rotary 16 of 32), odd R with widths that are no
+    multiple of 32."""
+    cfg = idx_cfg(R=R, ihd=ihd)
+    T, max_t = R * 9 + R - 1, R * 12 + 4
+    raw = (rng.standard_normal((max_t, ihd)) + rng.standard_normal(ihd)).astype(np.float32)
+    w = (rng.standard_normal(ihd) * 0.3).astype(np.float32)
     gc, cache = empty_caches(gpu, cfg, max_t, T)
     gc.idx_keys[:] = raw
     cache.idx_keys[...] = cp.asarray(raw)
     cache.blk_keys[...] = np.nan
     assert list(golden.update_block_keys(gc, w, cfg, 0, T)) == list(range(9))
     wd = cp.asarray(w)
-    assert list(gpu.update_block_keys(cache, wd, cfg, 0, 30)) == [0, 1, 2]
-    assert list(gpu.update_block_keys(cache, wd, cfg, 30, T)) == list(range(3, 9))
-    assert list(gpu.update_block_keys(cache, wd, cfg, T, T)) == []
+    t_mid = 3 * R + R // 2
+    assert list(gpu.update_block_keys(cache, wd, cfg, 0, t_mid, impl=impl)) == [0, 1, 2]
+    assert list(gpu.update_block_keys(cache, wd, cfg, t_mid, T, impl=impl)) == list(range(3, 9))
+    assert list(gpu.update_block_keys(cache, wd, cfg, T, T, impl=impl)) == []
     got = cp.asnumpy(cache.blk_keys)
     assert_close_ulps(cp, cache.blk_keys[:9], gc.blk_keys[:9], "block keys")
     assert np.isnan(got[9:]).all(), "blocks that did not complete were written"
 
 
+@pytest.mark.parametrize("impl", RUNGS["update_block_keys"])
+def test_update_block_keys_far_positions(cp, gpu, rng, impl):
+    """Blocks at positions near 128k with theta 1e7 and a full-width rotary (64 of 96 dims):
+    golden's float64 angles are matched (float32 angles would be off by ~1e-2 rad there). An
+    update of 200 blocks spans two CTAs of the v0 kernel."""
+    R, ihd = 64, 96
+    cfg = idx_cfg(R=R, ihd=ihd).replace(partial_rotary_factor=1.0, rope_theta=1e7)
+    assert cfg.indexer_rotary_dim == 64
+    max_t = 2048 * R + 5
+    t0, t1 = max_t - 200 * R - 5, max_t - 3
+    raw = np.zeros((max_t, ihd), np.float32)
+    raw[t0 - R:] = rng.standard_normal((max_t - t0 + R, ihd)) * 2 + rng.standard_normal(ihd)
+    w = (rng.standard_normal(ihd) * 0.3).astype(np.float32)
+    _, cache = empty_caches(gpu, cfg, max_t, max_t)
+    cache.idx_keys[...] = cp.asarray(raw)
+    cache.blk_keys[...] = np.nan
+    blocks = gpu.update_block_keys(cache, cp.asarray(w), cfg, t0, t1, impl=impl)
+    assert list(blocks) == list(range(t0 // R, t1 // R)) and len(blocks) == 200
+    ref = golden.block_keys(raw, blocks, R, w, cfg.indexer_rotary_dim, cfg.rope_theta,
+                            cfg.rms_norm_eps)
+    assert_close_ulps(cp, cache.blk_keys[blocks[0]:blocks[-1] + 1], ref, "block keys")
+    got = cp.asnumpy(cache.blk_keys)
+    assert np.isnan(got[:blocks[0]]).all() and np.isnan(got[blocks[-1] + 1:]).all(), \
+        "blocks outside [t0 // R, t1 // R) were written"
+
+
+@pytest.mark.parametrize("impl", RUNGS["block_scores"])
 @pytest.mark.parametrize("inh,ihd", [(3, 32), (8, 128), (12, 40), (1, 512), (17, 96), (4, 64),
                                      (9, 256)])
-def test_block_scores(cp, gpu, rng, inh, ihd):
+def test_block_scores(cp, gpu, rng, inh, ihd, impl):
     """Rows crossing a block boundary; past a row's complete blocks the score is -inf. Head
     counts below, at and past the kernel's group of 8 (12, 17: a partial second / third group),
     the chunked layout (ihd 64, 128, 256, 512) and any other width (32, 40, 96)."""
@@ -96,7 +135,7 @@ def test_block_scores(cp, gpu, rng, inh, ihd):
     q = rng.standard_normal((nb, inh, ihd)).astype(np.float32)
     base_pos = T - nb
     out = gpu.block_scores(cp.asarray(q), cache, base_pos,
-                           out=cp.full((nb, max_t // 8), np.nan, np.float32))
+                           out=cp.full((nb, max_t // 8), np.nan, np.float32), impl=impl)
     got = cp.asnumpy(out)
     for b in range(nb):
         nc = (base_pos + b + 1) // 8
@@ -162,34 +201,66 @@ def poisoned_outputs(cp, nb, cfg, nblk):
                 scores_out=cp.full((nb, nblk), np.nan, cp.float32))
 
 
-def test_select_first_selective_row(cp, gpu, rng):
+def check_scores_out(cp, scores, q, bk, base_pos, R):
+    """select_rows' scores_out: golden's scores (1 ulp) on the complete blocks, -inf after."""
+    s = cp.asnumpy(scores)
+    for b in range(q.shape[0]):
+        nc = (base_pos + b + 1) // R
+        assert np.isneginf(s[b, nc:]).all(), f"row {b}: scores past the complete blocks"
+        if nc:
+            ref = golden.block_scores(q[b], bk[:nc])
+            assert np.abs(s[b, :nc] - ref).max() <= 2.0 ** -23 * np.abs(ref).max(), f"row {b}"
+
+
+@pytest.mark.parametrize("impl", RUNGS["select"])
+def test_select_first_selective_row(cp, gpu, rng, impl):
     """kblk = 4, R = 8: rows t = 37, 38 (nc = 4: dense, the last dense one is t+1 = 39), t = 39
     (t+1 = 40 = (kblk+1)*R: the first selective row, no tail) and t = 40 (tail of 1)."""
     cfg = idx_cfg(R=8, kblk=4)
     max_t, nb, base_pos = 64, 4, 37
     cache, bk, q = designed_scores_cache(cp, gpu, cfg, max_t, base_pos + nb, nb, rng)
-    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg,
-                          **poisoned_outputs(cp, nb, cfg, max_t // 8))
+    outs = poisoned_outputs(cp, nb, cfg, max_t // 8)
+    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg, impl=impl, **outs)
+    assert got[0] is outs["sel_idx_out"] and got[1] is outs["sel_n_out"]
+    assert got[2] is outs["mask_out"]
     check_selection(cp, got, q, bk, base_pos, cfg)
+    check_scores_out(cp, outs["scores_out"], q, bk, base_pos, 8)
     assert cp.asnumpy(got[1]).tolist() == [0, 0, 32, 33]
 
 
+@pytest.mark.parametrize("impl", RUNGS["select"])
+def test_select_rows_without_complete_blocks(cp, gpu, rng, impl):
+    """The first rows of a sequence: t = 0 .. 6 have no complete block (nc = 0), t = 7 has one;
+    all dense: sel_n 0, sel_idx all -1, mask 0 (and 1 for t = 7's block), scores -inf."""
+    cfg = idx_cfg(R=8, kblk=4)
+    max_t, nb, base_pos = 64, 8, 0
+    cache, bk, q = designed_scores_cache(cp, gpu, cfg, max_t, nb, nb, rng)
+    outs = poisoned_outputs(cp, nb, cfg, max_t // 8)
+    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg, impl=impl, **outs)
+    check_selection(cp, got, q, bk, base_pos, cfg)
+    check_scores_out(cp, outs["scores_out"], q, bk, base_pos, 8)
+    assert (cp.asnumpy(got[1]) == 0).all()
+    assert cp.asnumpy(got[2]).sum(axis=1).tolist() == [0] * 7 + [1]
+
+
+@pytest.mark.parametrize("impl", RUNGS["select"])
 @pytest.mark.parametrize("n_slots,kblk", [(1100, 32), (8192, 300)])
-def test_select_many_blocks(cp, gpu, rng, n_slots, kblk):
+def test_select_many_blocks(cp, gpu, rng, n_slots, kblk, impl):
     """kblk = 32 over 1100 block slots (the kernel's ITEMS 8 instance, last warp partly empty:
     the fast path) and kblk = 300 over the most the kernel takes (8192 = 32 per thread: the
     radix select), rows crossing a block boundary."""
     cfg = idx_cfg(R=8, kblk=kblk, inh=4, ihd=64)
     max_t, nb = 8 * n_slots, 3
-    base_pos = max_t - nb                    # t = max_t - 3 .. max_t - 1: the last row completes a block
+    base_pos = max_t - nb            # t = max_t - 3 .. max_t - 1: the last row completes a block
     cache, bk, q = designed_scores_cache(cp, gpu, cfg, max_t, max_t, nb, rng)
-    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg,
+    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg, impl=impl,
                           **poisoned_outputs(cp, nb, cfg, max_t // 8))
     check_selection(cp, got, q, bk, base_pos, cfg)
 
 
+@pytest.mark.parametrize("impl", RUNGS["select"])
 @pytest.mark.parametrize("zeros", [False, True])
-def test_select_exact_ties_go_to_the_lower_index(cp, gpu, rng, zeros):
+def test_select_exact_ties_go_to_the_lower_index(cp, gpu, rng, zeros, impl):
     """Identical block keys (or scores exactly 0 after relu) straddling the selection boundary:
     the lower indices win, as in golden's stable sort."""
     cfg = idx_cfg(R=8, kblk=4)
@@ -207,7 +278,7 @@ def test_select_exact_ties_go_to_the_lower_index(cp, gpu, rng, zeros):
         tie = sorted(order[1:6].tolist())                      # ranks 2..6 tie: 2 of 5 kept
         bk[tie] = bk[tie[0]]
         cache.blk_keys[...] = cp.asarray(bk)
-    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg,
+    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg, impl=impl,
                           **poisoned_outputs(cp, nb, cfg, max_t // 8))
     check_selection(cp, got, q, bk, base_pos, cfg, min_gap=0)
     for b in range(nb):
@@ -218,7 +289,8 @@ def test_select_exact_ties_go_to_the_lower_index(cp, gpu, rng, zeros):
         assert (s[kept] >= boundary).all()
 
 
-def test_selection_drives_attention(cp, gpu, rng):
+@pytest.mark.parametrize("impl", RUNGS["select"])
+def test_selection_drives_attention(cp, gpu, rng, impl):
     """select_rows' lists fed to decode_attention: equal to golden attention over golden's
     row_selection tokens (dense rows included)."""
     cfg = idx_cfg(R=8, kblk=4)
@@ -231,7 +303,7 @@ def test_selection_drives_attention(cp, gpu, rng):
     base_pos = T - nb - 1                                      # t = 38 (dense) .. 42
     _, bk, qi = designed_scores_cache(cp, gpu, cfg, 64, T, nb, rng)
     cache.blk_keys[...] = cp.asarray(bk)
-    sel_idx, sel_n, _ = gpu.select_rows(cp.asarray(qi), cache, base_pos, cfg)
+    sel_idx, sel_n, _ = gpu.select_rows(cp.asarray(qi), cache, base_pos, cfg, impl=impl)
     q = (rng.standard_normal((nb, cfg.nh, cfg.head_dim)) * 0.7).astype(np.float32)
     out = cp.asnumpy(gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=2,
                                           sel_idx=sel_idx, sel_n=sel_n))
@@ -245,19 +317,19 @@ def test_selection_drives_attention(cp, gpu, rng):
         assert np.abs(out[b] - ref).max() <= 2e-5 * (scale + np.abs(ref)).max(), f"row {b}"
 
 
+@pytest.mark.parametrize("impl", RUNGS["select"])
 @pytest.mark.parametrize("kind", ["rand", "ties_at_boundary", "all_equal", "ascending",
                                   "denormal"])
-@pytest.mark.parametrize("nblk,kblk", [(2048, 32), (2049, 64), (8192, 129), (8192, 130), (400, 100),
-                                       (1000, 40)])
-def test_select_kernel_on_given_scores(cp, gpu, rng, kind, nblk, kblk):
+@pytest.mark.parametrize("nblk,kblk", [(2048, 32), (2049, 64), (8192, 129), (8192, 130),
+                                       (400, 100), (1000, 40), (37, 1)])
+def test_select_kernel_on_given_scores(cp, gpu, rng, kind, nblk, kblk, impl):
     """The selection kernel launched on score rows given directly (-inf past nc, as block_scores
-    writes): exact against golden on each of its paths: the group-maximum filter (rand,
+    writes): exact against golden on each of v1's paths: the group-maximum filter (rand,
     ascending, denormal), its fallback to the radix select when the filter keeps > 512 candidates
     (a 30% tie group at the boundary, all equal) and K = kblk - 1 > 128 (kblk 130); kernels of
     every Q (2, 4, 8) and ITEMS 2 to 32, one with fewer items per thread than groups (400, 100:
-    ITEMS 2, Q 8)."""
-    from qwenref.gpu._runtime import kernel
-    from qwenref.gpu.indexer import _SEL_THREADS, select_kernel_name
+    ITEMS 2, Q 8); kblk 1 keeps only the latest block (K = 0). Every rung gets the same rows."""
+    from qwenref.gpu.indexer import _launch_select
     R, nb = 8, 3
     base_pos = nblk * R - nb                                   # rows t = nblk*R - 3 .. - 1
     S = np.full((nb, nblk), -np.inf, np.float32)
@@ -274,10 +346,7 @@ def test_select_kernel_on_given_scores(cp, gpu, rng, kind, nblk, kblk):
     W = kblk * R + R
     out = (cp.full((nb, W), 12345, cp.int32), cp.full((nb,), 777, cp.int32),
            cp.full((nb, nblk), 7, cp.uint8))
-    kernel("indexer", select_kernel_name(nblk, kblk))(
-        (nb,), (_SEL_THREADS,),
-        (cp.asarray(S), np.int32(nblk), np.int32(base_pos), np.int32(R), np.int32(kblk),
-         np.int32(W), *out))
+    _launch_select(impl, cp.asarray(S), nb, nblk, base_pos, R, kblk, *out)
     sel_idx, sel_n, mask = (cp.asnumpy(a) for a in out)
     for b in range(nb):
         t = base_pos + b
@@ -289,23 +358,32 @@ def test_select_kernel_on_given_scores(cp, gpu, rng, kind, nblk, kblk):
         assert (mask[b, :nc] == m).all() and (mask[b, nc:] == 0).all(), f"row {b}: mask"
 
 
-def test_argument_checks(cp, gpu, rng):
+@pytest.mark.parametrize("impl", [None, *RUNGS["select"]])
+def test_argument_checks(cp, gpu, rng, impl):
     cfg = idx_cfg()
     _, cache = empty_caches(gpu, cfg, 64, 20)
     q = cp.zeros((2, 2, 32), cp.float32)
     with pytest.raises(ValueError, match="base_pos"):
-        gpu.select_rows(q, cache, 19, cfg)
+        gpu.select_rows(q, cache, 19, cfg, impl=impl)
     with pytest.raises(ValueError, match="base_pos"):                # more blocks than rows
-        gpu.select_rows(q, cache, 18, cfg.replace(indexer_compress_ratio=1, indexer_budget=4))
+        gpu.select_rows(q, cache, 18, cfg.replace(indexer_compress_ratio=1, indexer_budget=4),
+                        impl=impl)
     with pytest.raises(ValueError, match="q"):
-        gpu.block_scores(cp.zeros((2, 2, 16), cp.float32), cache, 0)
+        gpu.block_scores(cp.zeros((2, 2, 16), cp.float32), cache, 0, impl=impl)
     with pytest.raises(ValueError, match="indexer"):
         gpu.select_rows(q, cache, 0, cfg.replace(indexer_n_heads=0, indexer_head_dim=0,
-                                                 indexer_compress_ratio=0, indexer_budget=0))
+                                                 indexer_compress_ratio=0, indexer_budget=0),
+                        impl=impl)
     with pytest.raises(ValueError, match="t1"):
-        gpu.update_block_keys(cache, cp.zeros(32, cp.float32), cfg, 10, 5)
+        gpu.update_block_keys(cache, cp.zeros(32, cp.float32), cfg, 10, 5, impl=impl)
     with pytest.raises(ValueError, match="t1"):
-        gpu.update_block_keys(cache, cp.zeros(32, cp.float32), cfg, 0, 21)
+        gpu.update_block_keys(cache, cp.zeros(32, cp.float32), cfg, 0, 21, impl=impl)
+    with pytest.raises(ValueError, match="impl"):
+        gpu.select_rows(q, cache, 0, cfg, impl="bogus")
+    with pytest.raises(ValueError, match="impl"):
+        gpu.block_scores(q, cache, 0, impl="v2")
+    with pytest.raises(ValueError, match="impl"):
+        gpu.update_block_keys(cache, cp.zeros(32, cp.float32), cfg, 0, 8, impl="V0")
     with pytest.raises(TypeError, match="positions"):
         gpu.indexer_queries(q, cp.zeros(32, cp.float32), cp.zeros(2, cp.int64), 16, 1e4)
     with pytest.raises(ValueError, match="rotary_dim"):

@@ -7,6 +7,12 @@ and scales BIT-EXACTLY with the golden quantizer applied to the kernel's own rot
 reproduced exactly by gpu_checks.wht_f32 (float32 butterflies in the kernel's pass order; gpu.wht is
 checked against the same emulation in test_gpu_wht.py). Against the real golden cache they are
 compared through the dequantized values, within one code step (+ one float16 ulp of the scale).
+
+The append tests run for every rung of the append families (RUNGS: v0 = kvcache_v0.cu, v1 =
+kvcache.cu) with the same expectations: both rungs rotate by float32 butterflies in the same
+pass order and quantize with the golden's float32 operations, so both must store the same bytes
+bit for bit. The tests marked gpu skip without a GPU; the rung names and the impl check run
+anywhere.
 """
 import numpy as np
 import pytest
@@ -15,10 +21,13 @@ import qwenref
 from qwenref import golden
 from qwenref.golden import kvcache as gk
 from qwenref.gpu import kvcache as gpu_kv
+from qwenref.gpu._runtime import kernel_source
 
 from gpu_checks import wht_f32
 
-pytestmark = pytest.mark.gpu
+gpu = pytest.mark.gpu
+IMPLS = gpu_kv.RUNGS["q8_append"]            # KVCache.append's impl: one value for both families
+assert IMPLS == gpu_kv.RUNGS["turbo_append"]
 
 KINDS = gk.CACHE_KINDS
 EPS32 = np.finfo(np.float32).eps  # 2**-23
@@ -118,6 +127,7 @@ def unaligned(cp, x, fill=0):
 
 
 # ---- q8 -------------------------------------------------------------------------------------
+@gpu
 @pytest.mark.parametrize("n", [32, 96, 128, 256])
 @pytest.mark.parametrize("rows", [1, 3, 37])
 def test_q8_quantize_bit_exact(cp, rng, rows, n):
@@ -137,6 +147,7 @@ def test_q8_quantize_bit_exact(cp, rng, rows, n):
     assert np.any(t - np.floor(t) == 0.5)
 
 
+@gpu
 def test_q8_leading_axes_unaligned_and_dequantize(cp, rng):
     x = q8_input(rng, 6, 64).reshape(2, 3, 64)
     gq, gd = golden.q8_quantize(x)
@@ -154,6 +165,7 @@ def test_q8_leading_axes_unaligned_and_dequantize(cp, rng):
 
 
 # ---- turbo ----------------------------------------------------------------------------------
+@gpu
 @pytest.mark.parametrize("bits", [8, 4, 3, 2, 5, 1])        # 5: codes straddle the 64-bit words
 @pytest.mark.parametrize("rows,n", [(1, 16), (3, 128), (37, 256), (5, 80)])
 def test_turbo_quantize_bit_exact(cp, rng, bits, rows, n):
@@ -171,6 +183,7 @@ def test_turbo_quantize_bit_exact(cp, rng, bits, rows, n):
     assert_bits_equal(cp.asnumpy(y), golden.turbo_dequantize(gc, gd, bits))
 
 
+@gpu
 @pytest.mark.parametrize("bits", [8, 4, 3, 2])
 def test_turbo_inputs_are_meaningful(rng, bits):
     # the FMA-trap group really separates two float32 roundings from a fused multiply-add, and
@@ -187,6 +200,7 @@ def test_turbo_inputs_are_meaningful(rng, bits):
     assert np.sum(v == np.floor(v)) >= 8
 
 
+@gpu
 def test_turbo_unaligned_and_leading_axes(cp, rng):
     x = turbo_input(rng, 6, 48, 3).reshape(3, 2, 48)
     gc, gd = golden.turbo_quantize(x, 3)
@@ -200,6 +214,7 @@ def test_turbo_unaligned_and_leading_axes(cp, rng):
 
 
 # ---- bf16 -----------------------------------------------------------------------------------
+@gpu
 def test_bf16_bits_bit_exact(cp, rng):
     u = rng.integers(0, 2 ** 32, 4099, dtype=np.uint64).astype(np.uint32)
     special = np.array([0x3F808000, 0x3F818000,             # exact ties: to even (down / up)
@@ -251,16 +266,21 @@ def expected_side(side, x):
     if side.startswith("turbo"):
         codes, d = golden.turbo_quantize(wht_f32(xh), gk._turbo_bits(side))
         return {"codes": codes, "d": d}
-    return gk._side_encode(side, xh)
+    if side == "q8":
+        q, d = golden.q8_quantize(xh)
+        return {"q": q, "d": d}
+    return {"data": golden.bf16_bits(xh) if side == "bf16" else xh}
 
 
 def side_bits(side):
     return gk._turbo_bits(side)
 
 
+@gpu
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("hd", [64, 128, 256])
-def test_kvcache_appends_match_golden(cp, rng, kind, hd):
+@pytest.mark.parametrize("impl", IMPLS)
+def test_kvcache_appends_match_golden(cp, rng, kind, hd, impl):
     cfg = make_cfg(hd)
     max_t, chunks = 16, [1, 3, 5, 2]
     cache = gpu_kv.KVCache(cfg, max_t=max_t, kind=kind)
@@ -274,7 +294,7 @@ def test_kvcache_appends_match_golden(cp, rng, kind, hd):
     for nb in chunks:
         k, v = make_kv(rng, nb, cfg.nkv, hd, bits_hint=max(side_bits(ref.v_kind), 2))
         ik = rng.standard_normal((nb, cfg.indexer_head_dim)).astype(np.float32)
-        cache.append(cp.asarray(k), cp.asarray(v), index_k=cp.asarray(ik))
+        cache.append(cp.asarray(k), cp.asarray(v), index_k=cp.asarray(ik), impl=impl)
         ref.append(k, v, index_k=ik)
         for name, side, x in (("k", ref.k_kind, k), ("v", ref.v_kind, v)):
             for arr, val in expected_side(side, x).items():
@@ -334,31 +354,47 @@ def test_kvcache_appends_match_golden(cp, rng, kind, hd):
     assert cache.nbytes_per_token() == ref.nbytes_per_token()
 
 
+POISON = {np.dtype(np.float32): np.nan, np.dtype(np.float16): np.nan,
+          np.dtype(np.uint16): 0xFFFF, np.dtype(np.int8): -128, np.dtype(np.uint8): 0xAB}
+
+
+def poison_stores(cp, cache):
+    """Fill every stored array with a value no append writes there; -> host copies of them."""
+    for store in (cache.k_store, cache.v_store):
+        for a in store.values():
+            a.fill(POISON[a.dtype])
+    return {(s, n): cp.asnumpy(a) for s, st in (("k", cache.k_store), ("v", cache.v_store))
+            for n, a in st.items()}
+
+
+def assert_only_rows_written(cp, cache, before, t0, k, v):
+    """Rows t0 .. t0+nb-1 of every stored array hold exactly the expected encoding of k / v,
+    every other row still what `before` holds."""
+    nb = k.shape[0]
+    for s, side, store, x in (("k", cache.k_kind, cache.k_store, k),
+                              ("v", cache.v_kind, cache.v_store, v)):
+        for arr, val in expected_side(side, x).items():
+            want = before[(s, arr)].copy()
+            want[:, t0:t0 + nb] = val
+            assert_bits_equal(cp.asnumpy(store[arr]), want, f"{cache.kind} {s} {arr}")
+
+
+@gpu
 @pytest.mark.parametrize("kind", ["f32", "bf16", "q8", "turbo8", "turbo3", "bf16k-turbo2v"])
-def test_kvcache_append_writes_only_its_rows(cp, rng, kind):
+@pytest.mark.parametrize("impl", IMPLS)
+def test_kvcache_append_writes_only_its_rows(cp, rng, kind, impl):
     # every stored array poisoned; 3 tokens "already stored"; append 5 (nb * nkv = 15 warps:
     # the last block is partial). Rows 3..7 must be exactly the expected encoding, every other
     # row still the poison.
     hd, nkv, max_t, t0, nb = 128, 3, 12, 3, 5
     cfg = make_cfg(hd, nkv=nkv, indexer=False)
     cache = gpu_kv.KVCache(cfg, max_t=max_t, kind=kind)
-    poison = {np.dtype(np.float32): np.nan, np.dtype(np.float16): np.nan,
-              np.dtype(np.uint16): 0xFFFF, np.dtype(np.int8): -128, np.dtype(np.uint8): 0xAB}
-    for store in (cache.k_store, cache.v_store):
-        for a in store.values():
-            a.fill(poison[a.dtype])
-    before = {(s, n): cp.asnumpy(a) for s, st in (("k", cache.k_store), ("v", cache.v_store))
-              for n, a in st.items()}
+    before = poison_stores(cp, cache)
     cache.length = t0
     k, v = make_kv(rng, nb, nkv, hd)
-    cache.append(cp.asarray(k), cp.asarray(v))
+    cache.append(cp.asarray(k), cp.asarray(v), impl=impl)
     assert len(cache) == t0 + nb
-    for s, side, store, x in (("k", cache.k_kind, cache.k_store, k),
-                              ("v", cache.v_kind, cache.v_store, v)):
-        for arr, val in expected_side(side, x).items():
-            want = before[(s, arr)].copy()
-            want[:, t0:t0 + nb] = val
-            assert_bits_equal(cp.asnumpy(store[arr]), want, f"{kind} {s} {arr}")
+    assert_only_rows_written(cp, cache, before, t0, k, v)
 
 
 def make_q8_kv(rng, nb, nkv, hd):
@@ -374,13 +410,15 @@ def make_q8_kv(rng, nb, nkv, hd):
     return k, v
 
 
+@gpu
 @pytest.mark.parametrize("hd, nb, offset, max_grid", [(256, 1500, 0, 3), (96, 777, 0, None),
                                                        (256, 300, 1, 5)])
-def test_kvcache_q8_append_steps(cp, rng, monkeypatch, hd, nb, offset, max_grid):
-    """kv_append_q8 where the grid is capped so every warp takes many grid-stride steps, with
-    rows of 12 units of 8 (hd 96: not a power of two), and from sources 4 bytes off 16-byte
-    alignment (the scalar path): codes and scales bit for bit the golden's, the rows before and
-    after the append still poison."""
+@pytest.mark.parametrize("impl", IMPLS)
+def test_kvcache_q8_append_steps(cp, rng, monkeypatch, hd, nb, offset, max_grid, impl):
+    """The q8 append (kv_append_q8, q8_append_v0) where the grid is capped so every warp takes
+    many grid-stride steps, with rows of 12 units of 8 / 3 groups (hd 96: not a power of two),
+    and from sources 4 bytes off 16-byte alignment (v1's scalar path): codes and scales bit for
+    bit the golden's, the rows before and after the append still poison."""
     if max_grid is not None:
         monkeypatch.setattr(gpu_kv, "_MAX_GRID", max_grid)
     nkv, t0 = 3, 2
@@ -397,7 +435,7 @@ def test_kvcache_q8_append_steps(cp, rng, monkeypatch, hd, nb, offset, max_grid)
         g = flat[offset:].reshape(x.shape)
         g[...] = cp.asarray(x)
         return g
-    cache.append(on_gpu(k), on_gpu(v))
+    cache.append(on_gpu(k), on_gpu(v), impl=impl)
     for name, store, x in (("k", cache.k_store, k), ("v", cache.v_store, v)):
         for arr, val in expected_side("q8", x).items():
             got = cp.asnumpy(store[arr])
@@ -406,42 +444,127 @@ def test_kvcache_q8_append_steps(cp, rng, monkeypatch, hd, nb, offset, max_grid)
             assert (rest == -128).all() if arr == "q" else np.isnan(rest).all(), f"{name} {arr}"
 
 
-def test_kvcache_bad_appends(cp, rng):
+@gpu
+@pytest.mark.parametrize("kind, hd, nb, offset, max_grid", [
+    ("turbo4", 256, 1001, 0, 2), ("turbo3", 128, 333, 1, 3), ("turbo8", 64, 77, 0, None),
+    ("turbo2", 256, 5, 1, None), ("bf16k-turbo3v", 128, 129, 1, 2)])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_kvcache_turbo_append_steps(cp, rng, monkeypatch, kind, hd, nb, offset, max_grid, impl):
+    """The turbo append where the grid is capped so every thread (v0) or warp (v1) takes many
+    grid-stride steps, with odd nb, and from sources 4 bytes off 16-byte alignment (v1's scalar
+    loads): every stored byte bit for bit the golden quantizer's on the float32 rotation, the
+    rows before and after the append still poison."""
+    if max_grid is not None:
+        monkeypatch.setattr(gpu_kv, "_MAX_GRID", max_grid)
+    nkv, t0 = 3, 2
+    cfg = make_cfg(hd, nkv=nkv, indexer=False)
+    cache = gpu_kv.KVCache(cfg, max_t=t0 + nb + 3, kind=kind)
+    before = poison_stores(cp, cache)
+    cache.length = t0
+    k, v = make_kv(rng, nb, nkv, hd, bits_hint=max(side_bits(cache.v_kind), 2))
+    on_gpu = (lambda x: unaligned(cp, x)) if offset else cp.asarray
+    cache.append(on_gpu(k), on_gpu(v), impl=impl)
+    assert len(cache) == t0 + nb
+    assert_only_rows_written(cp, cache, before, t0, k, v)
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["turbo4", "bf16k-turbo2v", "q8"])
+def test_kvcache_v0_head_dim_cap(cp, rng, kind):
+    """turbo_append_v0 holds a row in a 256-float local array: impl "v0" refuses a turbo side
+    with head_dim 512 before any launch (nothing stored, length unchanged); "v1" takes it. q8
+    has no cap: its v0 thread holds one group of 32."""
+    hd, nkv, nb = 512, 2, 3
+    cfg = make_cfg(hd, nkv=nkv, indexer=False)
+    cache = gpu_kv.KVCache(cfg, max_t=8, kind=kind)
+    before = poison_stores(cp, cache)
+    k, v = make_kv(rng, nb, nkv, hd)
+    if kind != "q8":
+        with pytest.raises(ValueError, match=r"^impl\b"):
+            cache.append(cp.asarray(k), cp.asarray(v), impl="v0")
+        assert len(cache) == 0
+        for (s, name), a in before.items():                                 # all still poison
+            assert_bits_equal(cp.asnumpy((cache.k_store if s == "k" else cache.v_store)[name]), a)
+        cache.append(cp.asarray(k), cp.asarray(v), impl="v1")
+    else:
+        cache.append(cp.asarray(k), cp.asarray(v), impl="v0")
+    assert len(cache) == nb
+    assert_only_rows_written(cp, cache, before, 0, k, v)
+
+
+@gpu
+@pytest.mark.parametrize("impl", IMPLS)
+def test_kvcache_bad_appends(cp, rng, impl):
     cfg = make_cfg(64)
     cache = gpu_kv.KVCache(cfg, max_t=8, kind="q8")
     nkv, hd, ihd = cfg.nkv, cfg.head_dim, cfg.indexer_head_dim
     k = cp.zeros((2, nkv, hd), cp.float32)
     ik = cp.zeros((2, ihd), cp.float32)
     with pytest.raises(TypeError, match=r"^k\b"):
-        cache.append(cp.asnumpy(k), k, ik)
+        cache.append(cp.asnumpy(k), k, ik, impl=impl)
     with pytest.raises(TypeError, match=r"^k\b"):
-        cache.append(k.astype(cp.float64), k, ik)
+        cache.append(k.astype(cp.float64), k, ik, impl=impl)
     with pytest.raises(ValueError, match=r"^k\b"):
-        cache.append(cp.zeros((2, nkv + 1, hd), cp.float32), k, ik)
+        cache.append(cp.zeros((2, nkv + 1, hd), cp.float32), k, ik, impl=impl)
     with pytest.raises(ValueError, match=r"^k\b"):
-        cache.append(cp.zeros((2, hd, nkv), cp.float32).transpose(0, 2, 1), k, ik)
+        cache.append(cp.zeros((2, hd, nkv), cp.float32).transpose(0, 2, 1), k, ik, impl=impl)
     with pytest.raises(ValueError, match=r"^v\b"):
-        cache.append(k, cp.zeros((3, nkv, hd), cp.float32), ik)
+        cache.append(k, cp.zeros((3, nkv, hd), cp.float32), ik, impl=impl)
     with pytest.raises(TypeError, match=r"^v\b"):
-        cache.append(k, k.astype(cp.float16), ik)
+        cache.append(k, k.astype(cp.float16), ik, impl=impl)
     with pytest.raises(ValueError, match=r"^index_k\b"):
-        cache.append(k, k)                                   # the config has an indexer
+        cache.append(k, k, impl=impl)                            # the config has an indexer
     with pytest.raises(ValueError, match=r"^index_k\b"):
-        cache.append(k, k, cp.zeros((3, ihd), cp.float32))
+        cache.append(k, k, cp.zeros((3, ihd), cp.float32), impl=impl)
     with pytest.raises(ValueError, match=r"^index_k\b"):
-        gpu_kv.KVCache(make_cfg(64, indexer=False), max_t=8).append(k, k, ik)
+        gpu_kv.KVCache(make_cfg(64, indexer=False), max_t=8).append(k, k, ik, impl=impl)
     assert len(cache) == 0                                   # nothing was stored
-    cache.append(k, k, ik)
+    cache.append(k, k, ik, impl=impl)
     cache.append(cp.zeros((6, nkv, hd), cp.float32), cp.zeros((6, nkv, hd), cp.float32),
-                 cp.zeros((6, ihd), cp.float32))
+                 cp.zeros((6, ihd), cp.float32), impl=impl)
     assert len(cache) == 8
     with pytest.raises(ValueError, match="max_t"):
-        cache.append(k[:1], k[:1], ik[:1])                   # past max_t
+        cache.append(k[:1], k[:1], ik[:1], impl=impl)            # past max_t
     assert len(cache) == 8
     with pytest.raises(ValueError, match=r"^t_len\b"):
         cache.keys(9)
 
 
+def test_append_rungs_and_kernel_names():
+    # CPU only: the rung table, the kernel each rung launches, and that those kernels exist
+    assert gpu_kv.RUNGS == {"q8_append": ("v0", "v1"), "turbo_append": ("v0", "v1")}
+    assert gpu_kv.DEFAULT_RUNG == {"q8_append": "v1", "turbo_append": "v1"}
+    rk = gpu_kv.rung_kernel
+    assert rk("q8_append") == rk("q8_append", "v1") == "kv_append_q8"
+    assert rk("q8_append", "v0", nb=1, nkv=4, head_dim=256) == "q8_append_v0"
+    assert rk("turbo_append", "v0", head_dim=256, bits=4) == "turbo_append_v0"
+    assert rk("turbo_append", head_dim=256) == "kv_append_turbo_n256"
+    assert rk("turbo_append", "v1", nb=4096, nkv=4, head_dim=128, kind="turbo4") == \
+        "kv_append_turbo_n128"
+    v0_src, v1_src = kernel_source("kvcache_v0"), kernel_source("kvcache")
+    for name in ("q8_append_v0", "turbo_append_v0"):
+        assert f"void {name}(" in v0_src, name
+    assert "void kv_append_q8(" in v1_src and "KV_APPEND_TURBO(256)" in v1_src
+    for bad in ("bogus", "V0", "", 1):
+        with pytest.raises(ValueError, match=r"^impl\b"):
+            rk("q8_append", bad)
+    with pytest.raises(ValueError, match=r"^family\b"):
+        rk("q8", "v0")
+    for hd in (None, 96, 2048, True):
+        with pytest.raises(ValueError, match=r"^head_dim\b"):
+            rk("turbo_append", "v1", head_dim=hd)
+
+
+def test_append_rejects_a_bogus_impl_before_anything_runs():
+    # impl is append's first check: a bare object (no arrays, no CuPy needed) gets to it, and
+    # None for k would fail any later check with a different error
+    cache = object.__new__(gpu_kv.KVCache)
+    for bad in ("bogus", "v2", 0):
+        with pytest.raises(ValueError, match=r"^impl\b"):
+            cache.append(None, None, impl=bad)
+
+
+@gpu
 def test_kvcache_construction_errors_and_helpers(cp, rng):
     with pytest.raises(ValueError, match=r"^kind\b"):
         gpu_kv.KVCache(make_cfg(64), kind="q4")
@@ -471,6 +594,7 @@ def test_kvcache_construction_errors_and_helpers(cp, rng):
     assert_bits_equal(back.idx_keys, g.idx_keys)
 
 
+@gpu
 def test_format_bad_inputs(cp):
     x = cp.zeros((2, 64), cp.float32)
     with pytest.raises(ValueError, match=r"^x\b"):

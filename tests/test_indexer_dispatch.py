@@ -31,3 +31,59 @@ def test_every_name_is_instantiated():
 def test_too_many_blocks():
     with pytest.raises(ValueError, match="nblk"):
         select_kernel_name(MAX_BLOCKS + 1, 32)
+
+
+# ---- rungs (impl=): checked without a GPU ---------------------------------------------------
+V0_SRC = (Path(__file__).resolve().parent.parent / "kernels_cuda" / "indexer_v0.cu").read_text()
+
+
+def test_rungs_and_defaults():
+    from qwenref.gpu.indexer import DEFAULT_RUNG, RUNGS
+    assert RUNGS == {"update_block_keys": ("v0", "v1"), "block_scores": ("v0", "v1"),
+                     "select": ("v0", "v1")}
+    assert DEFAULT_RUNG == {"update_block_keys": "v1", "block_scores": "v1", "select": "v1"}
+
+
+@pytest.mark.parametrize("family,impl,shape,name", [
+    ("update_block_keys", "v0", {}, "update_block_keys_v0"),
+    ("update_block_keys", "v1", {}, "indexer_block_keys"),
+    ("update_block_keys", None, {}, "indexer_block_keys"),
+    ("block_scores", "v0", {}, "block_scores_v0"),
+    ("block_scores", None, {"nblk": 64}, "indexer_block_scores"),
+    ("select", "v0", {"nblk": 2048, "kblk": 32}, "select_v0"),
+    ("select", "v0", {}, "select_v0"),
+    ("select", "v1", {"nblk": 2048, "kblk": 32}, "indexer_select_i8_q2"),
+    ("select", None, {"nblk": 400, "kblk": 100}, "indexer_select_i2_q8")])
+def test_rung_kernel(family, impl, shape, name):
+    from qwenref.gpu.indexer import rung_kernel
+    assert rung_kernel(family, impl, **shape) == name
+
+
+def test_rung_kernel_rejects():
+    from qwenref.gpu.indexer import rung_kernel
+    with pytest.raises(ValueError, match="impl"):
+        rung_kernel("select", "bogus", nblk=64, kblk=4)
+    with pytest.raises(ValueError, match="family"):
+        rung_kernel("attention", "v0")
+    with pytest.raises(TypeError, match="nblk"):
+        rung_kernel("select", "v1")
+
+
+def test_v0_kernels_are_declared():
+    """Every v0 name rung_kernel returns is an extern "C" kernel of indexer_v0.cu."""
+    from qwenref.gpu.indexer import RUNGS, rung_kernel
+    for family in RUNGS:
+        name = rung_kernel(family, "v0")
+        assert re.search(rf'extern "C" __global__ void {name}\(', V0_SRC), name
+
+
+@pytest.mark.parametrize("impl", ["bogus", "v2", "V0", "", 0, ("v0",)])
+def test_bad_impl_is_rejected_before_anything_runs(impl):
+    """The rung is checked first: no CuPy, no cache, no config needed to see the ValueError."""
+    from qwenref.gpu.indexer import block_scores, select_rows, update_block_keys
+    with pytest.raises(ValueError, match="impl"):
+        update_block_keys(None, None, None, 0, 0, impl=impl)
+    with pytest.raises(ValueError, match="impl"):
+        block_scores(None, None, 0, impl=impl)
+    with pytest.raises(ValueError, match="impl"):
+        select_rows(None, None, 0, None, impl=impl)

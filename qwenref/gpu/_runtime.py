@@ -123,3 +123,17 @@ def out_array(name, out, shape, dtype):
     if out is None:
         return cp.empty(shape, dtype=dtype)
     return check_array(name, out, dtype=dtype, shape=tuple(shape))
+
+
+def resolve_rung(rungs, defaults, family, impl):
+    """The rung `impl` names for `family` (None: defaults[family]), checked against
+    rungs[family] (the stage module's RUNGS, in teaching order). ValueError naming family or
+    impl otherwise; needs no GPU, so wrappers call it before any other check."""
+    if family not in rungs:
+        raise ValueError(f"family must be one of {sorted(rungs)}, got {family!r}")
+    if impl is None:
+        return defaults[family]
+    if not isinstance(impl, str) or impl not in rungs[family]:
+        raise ValueError(f"impl must be None or one of {rungs[family]} for {family}, "
+                         f"got {impl!r}")
+    return impl

@@ -15,6 +15,10 @@ Shape letters: nb rows, nh q heads, nkv kv heads, hd head_dim, S splits, W selec
 Row b's splits are golden's split_bounds(n_vis_b, S), so partials compare with
 golden.attn_partials on the same row with the same n_splits.
 
+Rungs (RUNGS["attention"], impl= on decode_attention): "v0" (kernels_cuda/attention_v0.cu), one
+warp per (row, q head) over all its visible tokens in one pass, the golden formula written out,
+one launch and no partials; "v1" and "mma", the split-T partials below plus the combine.
+
 Two implementations of the partials (impl= on attn_partials / decode_attention): "mma", tensor
 cores, one CTA per (kv head, split) for all rows — chosen by default for q8/q8 caches with
 head_dim 128/256, dense rows (or one selective row), no sparse V and nb * n_rep <= 32 — and
@@ -32,11 +36,12 @@ import math
 import numpy as np
 
 from .._args import int_arg as _int_arg, sparse_arg as _sparse_arg
+from ..golden.kvcache import _side_kinds
 from ._runtime import check_array, cupy, kernel, out_array
 
 __all__ = ["decode_attention", "attn_partials", "attn_combine", "auto_n_splits",
-           "mma_n_splits", "mma_kernel_name", "choose_impl", "KIND_PAIRS", "HEAD_DIMS",
-           "MAX_SPLITS", "IMPLS"]
+           "mma_n_splits", "mma_kernel_name", "choose_impl", "rung_kernel", "KIND_PAIRS",
+           "HEAD_DIMS", "MAX_SPLITS", "IMPLS", "RUNGS", "DEFAULT_RUNG"]
 
 # (k side, v side) -> kernel suffix; the kernels are attn_partials_<suffix>
 KIND_PAIRS = {
@@ -56,7 +61,11 @@ _DEFAULT_SHAPE = (256, 6)       # the .cu's ATTN_HD, ATTN_NREP defaults: no -D o
 _SMEM_LIMIT = 48 * 1024         # the warp-merge buffer is static shared memory
 _NULL = np.uint64(0)            # CuPy passes None as 0xffffffff, not NULL
 
-IMPLS = ("v1", "mma")           # partials implementations (impl= argument; None = choose)
+IMPLS = ("v0", "v1", "mma")     # impl= values (None = choose_impl); v0 has no partials
+# The family's rungs in teaching order, and the default: None = chosen per call by choose_impl
+# ("mma" where it applies, else "v1"); v0 is never chosen, only asked for.
+RUNGS = {"attention": IMPLS}
+DEFAULT_RUNG = {"attention": None}
 MMA_HEAD_DIMS = (128, 256)      # attn_partials_q8_mma_n<NT8>: q8/q8, no sparse V, dense / nb 1
 MMA_MAX_COLS = 32               # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
 LAST_IMPL = None                # the implementation the last attn_partials call launched (tests)
@@ -92,7 +101,8 @@ def _side_arrays(which, side, store, nkv, hd):
                     (nkv, data.shape[1], hd // 16))
         return data, scale, data.shape[1]
     except KeyError as e:
-        raise ValueError(f"cache.{which}_store lacks {e.args[0]!r} for side kind {side!r}") from None
+        raise ValueError(f"cache.{which}_store lacks {e.args[0]!r} for side kind {side!r}") \
+            from None
 
 
 def _check_cache(cache):
@@ -203,26 +213,35 @@ def _mma_smem_bytes(hd, nt8):
             + bt * pst * 2 + 2 * ncol * nw * 4 + ncol * 4 + nw * 4)
 
 
+def _check_impl(impl):
+    if impl not in (None,) + IMPLS:
+        raise ValueError(f"impl must be None or one of {IMPLS}, got {impl!r}")
+
+
 def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
     """"mma" (tensor cores) for q8/q8 caches with hd 128/256, no sparse V, nb * n_rep <= 32, and
     dense rows or a single selective row (sel_n given, nb = 1, n_rep <= 8: its token list is
-    read through sel_idx); "v1" otherwise. impl="v1" forces v1; impl="mma" raises ValueError where the mma
-    kernel does not apply."""
-    if impl not in (None,) + IMPLS:
-        raise ValueError(f"impl must be None or one of {IMPLS}, got {impl!r}")
+    read through sel_idx); "v1" otherwise. impl="v0" / "v1" force that rung; impl="mma" raises
+    ValueError where the mma kernel does not apply."""
+    return _choose(cache.k_kind, cache.v_kind, cache.cfg.head_dim, cache.cfg.n_rep, nb, sparse_v,
+                   sel_n is not None, impl)
+
+
+def _choose(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl):
+    """choose_impl on the shape alone (rung_kernel has no cache)."""
+    _check_impl(impl)
     if impl is None:
         impl = DEFAULT_IMPL
-    if impl == "v1":
-        return "v1"
-    cfg = cache.cfg
+    if impl in ("v0", "v1"):
+        return impl
     why = None
-    if (cache.k_kind, cache.v_kind) != ("q8", "q8"):
-        why = f"cache kinds ({cache.k_kind}, {cache.v_kind}) are not q8/q8"
-    elif cfg.head_dim not in MMA_HEAD_DIMS:
-        why = f"head_dim {cfg.head_dim} not in {MMA_HEAD_DIMS}"
-    elif nb * cfg.n_rep > MMA_MAX_COLS:
-        why = f"nb * n_rep = {nb * cfg.n_rep} > {MMA_MAX_COLS}"
-    elif sel_n is not None and (nb != 1 or cfg.n_rep > 8):
+    if (k_kind, v_kind) != ("q8", "q8"):
+        why = f"cache kinds ({k_kind}, {v_kind}) are not q8/q8"
+    elif hd not in MMA_HEAD_DIMS:
+        why = f"head_dim {hd} not in {MMA_HEAD_DIMS}"
+    elif nb * n_rep > MMA_MAX_COLS:
+        why = f"nb * n_rep = {nb * n_rep} > {MMA_MAX_COLS}"
+    elif selective and (nb != 1 or n_rep > 8):
         # each selective row reads its own token list, so rows cannot share one tile's K/V
         why = "selective rows (sel_n given) take the mma kernel only for nb = 1, n_rep <= 8"
     elif sparse_v > 0.0:
@@ -232,6 +251,24 @@ def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
     if impl == "mma":
         raise ValueError(f"impl='mma' does not apply: {why}")
     return "v1"
+
+
+def rung_kernel(family, impl=None, *, kind="q8", nb=1, n_rep=6, hd=256, selective=False,
+                sparse_v=0.0):
+    """The kernel a rung of `family` launches for this shape, by name (for the bench's records):
+    v0 "attention_v0_<K>_<V>" (the whole decode, one launch); v1 "attn_partials_<K>_<V>" and
+    mma "attn_partials_q8_mma_n<NT8>" / "attn_partials_q8_mma_sel_n1" (the partials; attn_combine
+    follows both). impl=None: choose_impl's choice. kind: a cache kind (golden.CACHE_KINDS);
+    defaults: one row of the Qwen3.5-27B shape (n_rep 6, hd 256)."""
+    if family not in RUNGS:
+        raise ValueError(f"family must be one of {tuple(RUNGS)}, got {family!r}")
+    k_kind, v_kind = _side_kinds(kind)
+    which = _choose(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl)
+    if which == "v0":
+        return "attention_v0_" + KIND_PAIRS[(k_kind, v_kind)]
+    if which == "v1":
+        return "attn_partials_" + KIND_PAIRS[(k_kind, v_kind)]
+    return mma_kernel_name(nb, n_rep, selective)
 
 
 def mma_kernel_name(nb, n_rep, selective=False):
@@ -296,9 +333,14 @@ def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None,
     o [nb, S, nh, hd]), float32; m_out / l_out / o_out are used when given (graph capture).
     impl: None picks choose_impl(...) ("mma" = tensor cores for q8/q8 dense or nb 1, else "v1");
     "v1" forces the CUDA-core kernel. The mma path rounds p * d_v to fp16 (the .cu says by how
-    much); its automatic split count is mma_n_splits.
+    much); its automatic split count is mma_n_splits. impl="v0" raises ValueError: v0 reads
+    each row in one pass and has no partials (decode_attention(..., impl="v0")).
     """
     global LAST_IMPL
+    _check_impl(impl)
+    if impl == "v0":
+        raise ValueError("impl='v0' has no partials (one pass per row, no splits): use "
+                         "decode_attention(..., impl='v0')")
     kd, ks, vd, vs, max_t = _check_cache(cache)
     nb, base_pos, width = _check_rows(q, cache, base_pos, sel_idx, sel_n)
     sparse_v = _sparse_arg(sparse_v)
@@ -385,6 +427,32 @@ def attn_combine(m, l, o, inverse_wht=False, gate=None, out=None, lse_out=None):
 
 
 # ---- the whole decode attention -------------------------------------------------------------
+def _decode_v0(q, cache, base_pos, gate, n_splits, sparse_v, sel_idx, sel_n, out, m_out):
+    """impl="v0": attention_v0_<K>_<V>, grid (nb, nh), one warp each, out written directly.
+    n_splits (or m_out's) gets attn_partials' checks, so both rungs refuse the same calls."""
+    kd, ks, vd, vs, max_t = _check_cache(cache)
+    nb, base_pos, width = _check_rows(q, cache, base_pos, sel_idx, sel_n)
+    sparse_v = _sparse_arg(sparse_v)
+    cfg = cache.cfg
+    nh, nkv, hd = cfg.nh, cfg.nkv, cfg.head_dim
+    if n_splits is None and m_out is not None:
+        check_array("m_out", m_out, np.float32, (nb, None, nh))
+        n_splits = m_out.shape[1]
+    if n_splits is not None and _int_arg("n_splits", n_splits, 1) > MAX_SPLITS:
+        raise ValueError(f"n_splits must be <= {MAX_SPLITS}, got {n_splits}")
+    out = out_array("out", out, (nb, nh, hd), np.float32)
+    name = "attention_v0_" + KIND_PAIRS[(cache.k_kind, cache.v_kind)]
+    options = () if hd == 256 else (f"-DATTN_V0_HD={hd}",)       # the .cu's default is 256
+    kernel("attention_v0", name, options)(
+        (nb, nh), (32,),
+        (q, kd, ks if ks is not None else _NULL, vd, vs if vs is not None else _NULL,
+         np.int32(nkv), np.int32(max_t), np.int32(base_pos),
+         sel_idx if sel_idx is not None else _NULL, sel_n if sel_n is not None else _NULL,
+         np.int32(width), np.float32(hd ** -0.5 * LOG2E), np.float32(sparse_v),
+         gate if gate is not None else _NULL, out))
+    return out
+
+
 def decode_attention(q, cache, base_pos, gate=None, n_splits=None, sparse_v=0.0, sel_idx=None,
                      sel_n=None, out=None, *, partials=None, impl=None):
     """Split-T decode attention of nb rows: attn_partials -> combine -> inverse WHT (when
@@ -392,9 +460,13 @@ def decode_attention(q, cache, base_pos, gate=None, n_splits=None, sparse_v=0.0,
 
     q: cupy float32 [nb, nh, hd] (unrotated); gate: optional float32 [nb, nh, hd]; partials:
     optional (m, l, o) buffers for attn_partials (graph capture: no allocation inside).
-    impl: None (choose: "mma" for q8/q8 hd 128/256 with nb * n_rep <= 32, dense or nb 1, else "v1"),
-    "v1" or "mma" (attn_partials). Returns out float32 [nb, nh, hd].
+    impl: None (choose: "mma" for q8/q8 hd 128/256 with nb * n_rep <= 32, dense or nb 1, else
+    "v1"), "v1" or "mma" (attn_partials), or "v0": one launch of attention_v0_<K>_<V>, a warp per
+    (row, q head) over all its visible tokens (n_splits is checked as for v1, then unused, and
+    so are the partials buffers).
+    Returns out float32 [nb, nh, hd].
     """
+    _check_impl(impl)
     _check_cache(cache)
     nb, _, _ = _check_rows(q, cache, base_pos, sel_idx, sel_n)
     cfg = cache.cfg
@@ -407,6 +479,8 @@ def decode_attention(q, cache, base_pos, gate=None, n_splits=None, sparse_v=0.0,
         if not isinstance(partials, (tuple, list)) or len(partials) != 3:
             raise TypeError("partials must be a tuple (m, l, o) of cupy float32 buffers")
         m_out, l_out, o_out = partials
+    if (DEFAULT_IMPL if impl is None else impl) == "v0":
+        return _decode_v0(q, cache, base_pos, gate, n_splits, sparse_v, sel_idx, sel_n, out, m_out)
     m, l, o = attn_partials(q, cache, base_pos, n_splits, sparse_v, sel_idx, sel_n,
                             m_out=m_out, l_out=l_out, o_out=o_out, impl=impl)
     return _combine(m, l, o, bool(cache.v_rotated), gate, out, None)

@@ -8,13 +8,21 @@ Same meaning as golden.layer.linear / golden.layer.quantize_weight_q8:
   q8_weight(w)          (q int8 [out, in], d f16 [out, in // 32]), bit-exact with golden.q8_quantize
   gemv_q8(x, q, d)      y = x @ (q · float32(d)).T, float32 accumulate (kernels_cuda/gemv.cu)
 
+Rungs (RUNGS, teaching order; impl= picks one, None the default DEFAULT_RUNG): "v0"
+(kernels_cuda/gemv_v0.cu: one warp per output; the segment and SwiGLU variants run it into a
+temporary [nb, n_out] and then copy the segments / run swiglu_interleaved) and "v1" (gemv.cu:
+split-K CTAs with fused epilogues). rung_kernel names the kernel a rung launches.
+
 Shape letters: nb rows (decode tokens), n_in input features, n_out output features.
 """
 from __future__ import annotations
 
-from ._runtime import check_array, cupy, kernel, out_array
+from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 
-__all__ = ["linear", "gemv_f32", "q8_weight", "gemv_q8"]
+__all__ = ["linear", "gemv_f32", "q8_weight", "gemv_q8", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
+
+RUNGS = {"gemv": ("v0", "v1")}
+DEFAULT_RUNG = {"gemv": "v1"}
 
 _MAX_NB = 8              # gemv_{q8,f32}_nb1 .. _nb8
 
@@ -48,6 +56,29 @@ def _pick(kind, nb, n_out):
 
 def _k(fn):
     return kernel("gemv", fn)
+
+
+def _rung(impl):
+    return resolve_rung(RUNGS, DEFAULT_RUNG, "gemv", impl)
+
+
+def rung_kernel(family, impl=None, *, kind="q8", nb=1, n_out=None):
+    """The kernel name rung `impl` of `family` ("gemv") launches for weight kind "q8" or "f32",
+    nb rows and n_out outputs (v1 only: its choice depends on them). v1 runs nb > 8 in chunks
+    of 8: then the chunks' distinct kernel names, in launch order, joined by "+"."""
+    if family not in RUNGS:
+        raise ValueError(f"family must be one of {tuple(RUNGS)}, got {family!r}")
+    rung = _rung(impl)
+    if kind not in ("q8", "f32"):
+        raise ValueError(f"kind must be 'q8' or 'f32', got {kind!r}")
+    if rung == "v0":
+        return f"gemv_{kind}_v0"
+    if isinstance(nb, bool) or not isinstance(nb, int) or nb < 1:
+        raise ValueError(f"nb must be a positive int, got {nb!r}")
+    if n_out is None:
+        raise ValueError("n_out is needed for the v1 rung (its kernel depends on it)")
+    names = [_pick(kind, min(_MAX_NB, nb - b0), n_out)[2] for b0 in range(0, nb, _MAX_NB)]
+    return "+".join(dict.fromkeys(names))
 
 
 def _check_x(x, n_in=None):
@@ -139,6 +170,29 @@ def _launch(kind, x, w, d, y, ends=None, mode=0, resid=None):
     return y
 
 
+def _launch_v0(kind, x, w, d, y, resid=None):
+    """gemv_v0.cu: y [nb, n_out] (+ resid) with one warp per output, 8 warps per block. Same
+    arguments as _launch without the epilogues; checked by the callers."""
+    cp = cupy()
+    nb, n_in = x.shape
+    n_out = w.shape[0]
+    if nb * n_out == 0:
+        return y
+    rs = cp.uint64(0) if resid is None else resid      # NULL: no residual
+    wd = (w,) if d is None else (w, d)
+    kernel("gemv_v0", f"gemv_{kind}_v0")(
+        ((nb * n_out + 7) // 8,), (256,),
+        (x, *wd, y, rs, cp.int32(nb), cp.int32(n_in), cp.int32(n_out)))
+    return y
+
+
+def _launch_rung(rung, kind, x, w, d, y, resid=None):
+    """A plain y [nb, n_out] (+ resid) by the given rung."""
+    if rung == "v0":
+        return _launch_v0(kind, x, w, d, y, resid=resid)
+    return _launch(kind, x, w, d, y, resid=resid)
+
+
 def _launch_q8(x, q, d, y, ends=None, mode=0, resid=None):
     return _launch("q8", x, q, d, y, ends=ends, mode=mode, resid=resid)
 
@@ -165,35 +219,41 @@ def _check_inputs(x, w, d):
     return n_out
 
 
-def _gemv(kind, x, w, d, out, residual):
+def _gemv(kind, x, w, d, out, residual, rung):
     """gemv_q8 / gemv_f32 after their own checks: inputs, out [nb, n_out], residual, launch."""
     n_out = _check_inputs(x, w, d)
     nb = x.shape[0]
     y = out_array("out", out, (nb, n_out), cupy().float32)
     if residual is not None:
         check_array("residual", residual, dtype="float32", shape=(nb, n_out))
-    return _launch(kind, x, w, d, y, resid=residual)
+    return _launch_rung(rung, kind, x, w, d, y, resid=residual)
 
 
-def gemv_q8(x, q, d, out=None, residual=None):
+def gemv_q8(x, q, d, out=None, residual=None, impl=None):
     """y = x @ (q · float32(d)).T (+ residual), float32. x [nb, in], q int8 [out, in],
-    d float16 [out, in // 32] -> [nb, out]. Weights are read once for up to 8 rows."""
+    d float16 [out, in // 32] -> [nb, out]. Weights are read once for up to 8 rows.
+    impl: the rung (RUNGS["gemv"]; None: DEFAULT_RUNG)."""
+    rung = _rung(impl)
     if d is None:
         raise TypeError("d (the float16 scales) must be a cupy array, got None")
-    return _gemv("q8", x, q, d, out, residual)
+    return _gemv("q8", x, q, d, out, residual, rung)
 
 
-def gemv_f32(x, w, out=None, residual=None):
+def gemv_f32(x, w, out=None, residual=None, impl=None):
     """y = x @ w.T (+ residual), float32, by gemv.cu (no cuBLAS: capturable in a CUDA graph).
     x [nb, in], w float32 [out, in] with in % 4 == 0 -> [nb, out]. Weights are read once for
-    up to 8 rows (nb > 8 runs in chunks of 8: use linear() for prefill-sized nb)."""
-    return _gemv("f32", x, w, None, out, residual)
+    up to 8 rows (nb > 8 runs in chunks of 8: use linear() for prefill-sized nb).
+    impl: the rung (RUNGS["gemv"]; None: DEFAULT_RUNG)."""
+    rung = _rung(impl)
+    return _gemv("f32", x, w, None, out, residual, rung)
 
 
-def gemv_segments(x, w, d, seg_ends, out=None):
+def gemv_segments(x, w, d, seg_ends, out=None, impl=None):
     """Fused projection: rows of w cut at seg_ends (ascending, < 5 segments) -> a list of
     contiguous [nb, len_s] float32 arrays (views of one flat buffer `out`, size nb·n_out).
-    d is None for float32 weights w, else w = q int8 with d its f16 scales."""
+    d is None for float32 weights w, else w = q int8 with d its f16 scales. impl "v0": the v0
+    GEMV into a temporary [nb, n_out], then one copy per segment."""
+    rung = _rung(impl)
     cp = cupy()
     n_out = _check_inputs(x, w, d)
     nb = x.shape[0]
@@ -201,31 +261,44 @@ def gemv_segments(x, w, d, seg_ends, out=None):
     if len(ends) > 4 or any(a > b for a, b in zip([0] + ends, ends + [n_out])):
         raise ValueError(f"seg_ends must be at most 4 ascending ends in [0, {n_out}], got {ends}")
     flat = out_array("out", out, (nb * n_out,), cp.float32)
-    _launch("q8" if d is not None else "f32", x, w, d, flat, ends=ends)
+    kind = "q8" if d is not None else "f32"
     bounds = [0] + ends + [n_out]
-    return [flat[nb * s:nb * e].reshape(nb, e - s) for s, e in zip(bounds, bounds[1:])]
+    parts = [flat[nb * s:nb * e].reshape(nb, e - s) for s, e in zip(bounds, bounds[1:])]
+    if rung == "v0":
+        y = _launch_v0(kind, x, w, d, cp.empty((nb, n_out), cp.float32))
+        for p, s, e in zip(parts, bounds, bounds[1:]):
+            p[...] = y[:, s:e]
+    else:
+        _launch(kind, x, w, d, flat, ends=ends)
+    return parts
 
 
-def gemv_q8_segments(x, q, d, seg_ends, out=None):
+def gemv_q8_segments(x, q, d, seg_ends, out=None, impl=None):
     """gemv_segments for Q8_0 weights (q int8, d f16)."""
-    return gemv_segments(x, q, d, seg_ends, out=out)
+    return gemv_segments(x, q, d, seg_ends, out=out, impl=impl)
 
 
-def gemv_swiglu(x, w, d, out=None):
+def gemv_swiglu(x, w, d, out=None, impl=None):
     """act = silu(x @ Wg.T) * (x @ Wu.T) with w holding gate and up rows interleaved
     (row 2i gate_i, row 2i+1 up_i): q int8 with d f16 scales, or float32 w with d None.
-    -> [nb, n_out // 2] float32."""
+    -> [nb, n_out // 2] float32. impl "v0": the v0 GEMV into a temporary [nb, n_out], then
+    swiglu_interleaved (the same silu and product as v1's fused epilogue)."""
+    rung = _rung(impl)
     cp = cupy()
     n_out = _check_inputs(x, w, d)
     if n_out % 2:
         raise ValueError(f"w must hold interleaved gate/up rows (an even count), got {n_out}")
     y = out_array("out", out, (x.shape[0], n_out // 2), cp.float32)
-    return _launch("q8" if d is not None else "f32", x, w, d, y, mode=1)
+    kind = "q8" if d is not None else "f32"
+    if rung == "v0":
+        gu = _launch_v0(kind, x, w, d, cp.empty((x.shape[0], n_out), cp.float32))
+        return swiglu_interleaved(gu, out=y)
+    return _launch(kind, x, w, d, y, mode=1)
 
 
-def gemv_q8_swiglu(x, q, d, out=None):
+def gemv_q8_swiglu(x, q, d, out=None, impl=None):
     """gemv_swiglu for Q8_0 weights (q int8, d f16)."""
-    return gemv_swiglu(x, q, d, out=out)
+    return gemv_swiglu(x, q, d, out=out, impl=impl)
 
 
 def swiglu_interleaved(gu, out=None):
@@ -237,7 +310,8 @@ def swiglu_interleaved(gu, out=None):
         raise ValueError(f"gu must have an even number of columns (gate/up pairs), got {gu.shape}")
     act = out_array("out", out, (nb, n2 // 2), cp.float32)
     n = nb * (n2 // 2)
-    _k("swiglu_interleaved")(((n + 255) // 256,), (256,), (gu, act, cp.int32(nb), cp.int32(n2 // 2)))
+    _k("swiglu_interleaved")(((n + 255) // 256,), (256,),
+                             (gu, act, cp.int32(nb), cp.int32(n2 // 2)))
     return act
 
 

@@ -12,6 +12,12 @@ ratio, kblk kept blocks, nblk = max_t // R block slots, W = kblk*R + R selection
 
 Precision: block means and scores are summed in float64 and rounded once, RoPE runs in float64,
 as golden does, so GPU scores equal golden's float32 scores except in rare last-bit cases.
+
+Rungs (impl=): update_block_keys, block_scores and select_rows take impl=None (the default
+rung, DEFAULT_RUNG), "v0" (kernels_cuda/indexer_v0.cu: a thread per block key, per (row,
+block) score, per row's selection; slow, to read next to golden) or "v1" (indexer.cu, the
+fast kernels). Every rung gets the same argument checks and out= handling and returns the same
+values; rung_kernel(family, impl, **shape) names the kernel a rung launches.
 """
 from __future__ import annotations
 
@@ -19,16 +25,44 @@ import numpy as np
 
 from .._args import float_arg as _float_arg, int_arg as _int_arg
 
-from ._runtime import check_array, kernel, out_array
+from ._runtime import check_array, kernel, out_array, resolve_rung
 
 __all__ = ["indexer_queries", "update_block_keys", "block_scores", "select_rows",
-           "select_kernel_name", "MAX_BLOCKS", "MAX_IHD"]
+           "select_kernel_name", "rung_kernel", "RUNGS", "DEFAULT_RUNG", "MAX_BLOCKS", "MAX_IHD"]
+
+# each family's rungs in teaching order; select_rows runs block_scores and select of one rung
+RUNGS = {"update_block_keys": ("v0", "v1"), "block_scores": ("v0", "v1"), "select": ("v0", "v1")}
+DEFAULT_RUNG = {"update_block_keys": "v1", "block_scores": "v1", "select": "v1"}
 
 MAX_IHD = 512               # MAX_IHD in indexer.cu (the norm/RoPE vector lives in smem)
 _SEL_THREADS = 256           # SEL_THREADS in indexer.cu
 MAX_BLOCKS = 8192            # SEL_MAX_BLOCKS in indexer.cu
 _SCORE_WARPS = 16           # block keys per scoring CTA (512 threads): SCORE_WARPS in the .cu
 _SMEM_LIMIT = 48 * 1024     # the scoring kernels' q rows: inh * ihd float64
+_V0_THREADS = 128           # threads per CTA of update_block_keys_v0 and block_scores_v0
+
+
+def _rung(family, impl):
+    return resolve_rung(RUNGS, DEFAULT_RUNG, family, impl)
+
+
+def rung_kernel(family, impl=None, **shape):
+    """The kernel that `impl`'s rung of `family` launches ("update_block_keys", "block_scores",
+    "select"). select's v1 kernel depends on the shape: pass nblk= and kblk=
+    (select_kernel_name); other shape keywords are ignored."""
+    if family not in RUNGS:
+        raise ValueError(f"family must be one of {tuple(RUNGS)}, got {family!r}")
+    rung = _rung(family, impl)
+    if rung == "v0":
+        return f"{family}_v0"
+    if family == "update_block_keys":
+        return "indexer_block_keys"
+    if family == "block_scores":
+        return "indexer_block_scores"
+    if "nblk" not in shape or "kblk" not in shape:
+        raise TypeError("rung_kernel('select', 'v1') needs nblk= and kblk= (its kernel depends "
+                        "on them)")
+    return select_kernel_name(shape["nblk"], shape["kblk"])
 
 
 def _rotary_arg(rotary_dim, width):
@@ -94,13 +128,15 @@ def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6, out
 
 
 # ---- block keys --------------------------------------------------------------------------
-def update_block_keys(cache, k_norm_w, cfg, t0, t1):
+def update_block_keys(cache, k_norm_w, cfg, t0, t1, *, impl=None):
     """Write cache.blk_keys[j] for every block that completes at a position in [t0, t1):
     j in [t0 // R, t1 // R), bkey_j = rope(rms_norm(mean(idx_keys[jR : jR+R]), k_norm_w), jR).
 
     k_norm_w: cupy float32 [ihd]. Norm eps, theta and rotary width from cfg. One launch.
+    impl: the rung (RUNGS["update_block_keys"]; None = DEFAULT_RUNG).
     Returns the updated block indices, numpy int64 [nj] (often empty).
     """
+    rung = _rung("update_block_keys", impl)
     _check_cfg(cfg)
     idx_keys, blk_keys = _indexer_state(cache)
     ihd = idx_keys.shape[1]
@@ -118,12 +154,21 @@ def update_block_keys(cache, k_norm_w, cfg, t0, t1):
         raise ValueError(f"cache.blk_keys has {blk_keys.shape[0]} rows, block "
                          f"{int(blocks[-1])} does not fit")
     if blocks.size:
-        kernel("indexer", "indexer_block_keys")(
-            (int(blocks.size),), (128,),
-            (idx_keys, np.int32(ihd), np.int32(R), np.int32(blocks[0]), k_norm_w,
-             np.float32(cfg.rms_norm_eps), np.int32(cfg.indexer_rotary_dim),
-             np.float64(cfg.rope_theta), blk_keys))
+        _launch_block_keys(rung, idx_keys, ihd, R, int(blocks[0]), int(blocks.size), k_norm_w,
+                           cfg, blk_keys)
     return blocks
+
+
+def _launch_block_keys(rung, idx_keys, ihd, R, j0, nj, k_norm_w, cfg, blk_keys):
+    norm_rope = (k_norm_w, np.float32(cfg.rms_norm_eps), np.int32(cfg.indexer_rotary_dim),
+                 np.float64(cfg.rope_theta), blk_keys)
+    if rung == "v0":
+        kernel("indexer_v0", "update_block_keys_v0")(
+            (-(-nj // _V0_THREADS),), (_V0_THREADS,),
+            (idx_keys, np.int32(ihd), np.int32(R), np.int32(j0), np.int32(nj), *norm_rope))
+    else:
+        kernel("indexer", "indexer_block_keys")(
+            (nj,), (128,), (idx_keys, np.int32(ihd), np.int32(R), np.int32(j0), *norm_rope))
 
 
 # ---- scoring and selection -----------------------------------------------------------------
@@ -144,7 +189,13 @@ def _check_scoring(q, cache, base_pos):
     return nb, inh, ihd, nblk, base_pos
 
 
-def _launch_scores(q, blk_keys, nb, inh, ihd, nblk, base_pos, R, out):
+def _launch_scores(rung, q, blk_keys, nb, inh, ihd, nblk, base_pos, R, out):
+    if rung == "v0":
+        kernel("indexer_v0", "block_scores_v0")(
+            (-(-nblk // _V0_THREADS), nb), (_V0_THREADS,),
+            (q, blk_keys, np.int32(inh), np.int32(ihd), np.int32(nblk), np.int32(base_pos),
+             np.int32(R), np.float64(ihd ** -0.5), out))
+        return
     kernel("indexer", "indexer_block_scores")(
         (-(-nblk // _SCORE_WARPS), nb), (32 * _SCORE_WARPS,),
         (q, blk_keys, np.int32(inh), np.int32(ihd), np.int32(nblk), np.int32(base_pos),
@@ -152,20 +203,22 @@ def _launch_scores(q, blk_keys, nb, inh, ihd, nblk, base_pos, R, out):
         shared_mem=inh * ihd * 8)
 
 
-def block_scores(q, cache, base_pos, out=None):
+def block_scores(q, cache, base_pos, out=None, *, impl=None):
     """score[b, j] = sum_h relu(q[b, h] . blk_keys[j]) * ihd**-0.5 for j < (base_pos+b+1)//R;
     -inf for the rest of the row. q: cupy float32 [nb, inh, ihd] (normed + roped queries).
-    Returns out float32 [nb, nblk], nblk = cache.blk_keys.shape[0]. One launch."""
+    Returns out float32 [nb, nblk], nblk = cache.blk_keys.shape[0]. One launch. impl: the rung
+    (RUNGS["block_scores"]; None = DEFAULT_RUNG)."""
+    rung = _rung("block_scores", impl)
     nb, inh, ihd, nblk, base_pos = _check_scoring(q, cache, base_pos)
     out = out_array("out", out, (nb, nblk), np.float32)
     if nblk:
-        _launch_scores(q, cache.blk_keys, nb, inh, ihd, nblk, base_pos,
+        _launch_scores(rung, q, cache.blk_keys, nb, inh, ihd, nblk, base_pos,
                        cache.cfg.indexer_compress_ratio, out)
     return out
 
 
 def select_rows(q, cache, base_pos, cfg, *, sel_idx_out=None, sel_n_out=None, mask_out=None,
-                scores_out=None):
+                scores_out=None, impl=None):
     """Per row b at position t = base_pos + b with nc = (t+1)//R complete blocks: dense
     (sel_n[b] = 0, block_mask[b, :nc] = 1) while nc <= kblk; else keep block nc-1 plus the
     kblk-1 best others by block_scores (exact ties: lower index) and the tail [nc*R, t]:
@@ -173,8 +226,10 @@ def select_rows(q, cache, base_pos, cfg, *, sel_idx_out=None, sel_n_out=None, ma
 
     Returns (sel_idx int32 [nb, kblk*R + R] (-1 past sel_n[b]), sel_n int32 [nb],
     block_mask uint8 [nb, nblk]). Two launches (scores, selection) for all rows; the *_out
-    buffers are used when given (graph capture).
+    buffers are used when given (graph capture). impl: the rung of both launches
+    (RUNGS["select"]; None = DEFAULT_RUNG): "v0" runs block_scores_v0 and select_v0.
     """
+    rung = _rung("select", impl)
     _check_cfg(cfg)
     nb, inh, ihd, nblk, base_pos = _check_scoring(q, cache, base_pos)
     R, kblk = cfg.indexer_compress_ratio, cfg.kblk
@@ -190,12 +245,20 @@ def select_rows(q, cache, base_pos, cfg, *, sel_idx_out=None, sel_n_out=None, ma
     sel_n = out_array("sel_n_out", sel_n_out, (nb,), np.int32)
     mask = out_array("mask_out", mask_out, (nb, nblk), np.uint8)
     if nblk:
-        _launch_scores(q, cache.blk_keys, nb, inh, ihd, nblk, base_pos, R, scores)
-    kernel("indexer", select_kernel_name(nblk, kblk))(
-        (nb,), (_SEL_THREADS,),
-        (scores, np.int32(nblk), np.int32(base_pos), np.int32(R), np.int32(kblk),
-         np.int32(width), sel_idx, sel_n, mask))
+        _launch_scores(rung, q, cache.blk_keys, nb, inh, ihd, nblk, base_pos, R, scores)
+    _launch_select(rung, scores, nb, nblk, base_pos, R, kblk, sel_idx, sel_n, mask)
     return sel_idx, sel_n, mask
+
+
+def _launch_select(rung, scores, nb, nblk, base_pos, R, kblk, sel_idx, sel_n, mask):
+    """The selection launch of select_rows on scores [nb, nblk] (-inf past each row's blocks):
+    sel_idx [nb, kblk*R + R], sel_n [nb], mask [nb, nblk]. Both rungs take the same arguments."""
+    args = (scores, np.int32(nblk), np.int32(base_pos), np.int32(R), np.int32(kblk),
+            np.int32(kblk * R + R), sel_idx, sel_n, mask)
+    if rung == "v0":
+        kernel("indexer_v0", "select_v0")((nb,), (1,), args)      # a thread per row
+    else:
+        kernel("indexer", select_kernel_name(nblk, kblk))((nb,), (_SEL_THREADS,), args)
 
 
 def select_kernel_name(nblk, kblk):

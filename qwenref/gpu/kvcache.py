@@ -6,16 +6,21 @@ dequantizers are exact. The one difference: a turbo side's WHT rotation runs in 
 GPU (golden: float64, rounded once), so a rotated value that sits on a code boundary can code
 one level apart from the golden cache; quantizing the GPU's own rotation (gpu.wht, bit-identical
 to the append's) with the golden quantizer reproduces the stored codes bit for bit.
+
+Rungs of the appends (KVCache.append's impl=): "v0" (kernels_cuda/kvcache_v0.cu: a thread per
+q8 group or per turbo row, the golden formulas written out, one launch per side) and "v1"
+(kernels_cuda/kvcache.cu: the fast kernels, K and V in one launch; the default). Both store
+the same bytes. f32 and bf16 sides use kvcache.cu's copies for every rung.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..golden import kvcache as _golden
-from ._runtime import check_array, cupy, kernel, out_array
+from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 
 __all__ = ["CACHE_KINDS", "q8_quantize", "q8_dequantize", "turbo_quantize", "turbo_dequantize",
-           "bf16_bits", "bf16_from_bits", "KVCache"]
+           "bf16_bits", "bf16_from_bits", "KVCache", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
 
 CACHE_KINDS = _golden.CACHE_KINDS
 Q8_GROUP, TURBO_GROUP = _golden.Q8_GROUP, _golden.TURBO_GROUP
@@ -33,6 +38,32 @@ def _k(fn):
 
 
 _check_bits = _golden._check_bits
+
+# ---- rungs ----------------------------------------------------------------------------------
+RUNGS = {"q8_append": ("v0", "v1"), "turbo_append": ("v0", "v1")}
+DEFAULT_RUNG = {"q8_append": "v1", "turbo_append": "v1"}
+_V0_TURBO_MAX_HD = 256        # turbo_append_v0 holds a row in a 256-float local array
+
+
+def _rung(family, impl):
+    return resolve_rung(RUNGS, DEFAULT_RUNG, family, impl)
+
+
+def rung_kernel(family, impl=None, **shape):
+    """The kernel a rung of an append family launches: "q8_append_v0", "kv_append_q8",
+    "turbo_append_v0", or "kv_append_turbo_n<head_dim>" (turbo v1 needs head_dim=; other
+    shape keys, e.g. nb, nkv, kind, bits, are accepted and do not change the name)."""
+    impl = _rung(family, impl)
+    if impl == "v0":
+        return f"{family}_v0"
+    if family == "q8_append":
+        return "kv_append_q8"
+    hd = shape.get("head_dim")
+    if isinstance(hd, bool) or not isinstance(hd, (int, np.integer)) or hd < 16 \
+            or hd & (hd - 1) or hd > KVCache._turbo_max_hd:
+        raise ValueError(f"head_dim must be a power of two in [16, {KVCache._turbo_max_hd}] "
+                         f"for {family!r} {impl!r}, got {hd!r}")
+    return f"kv_append_turbo_n{int(hd)}"
 
 
 def _groups_of(name, a, size):
@@ -174,6 +205,24 @@ def _side_append(side, store, x, t0, max_t, store1=None, x1=None):
              np.int32(_golden._turbo_bits(side)), np.int32(sides)))
 
 
+def _side_append_v0(side, store, x, t0, max_t):
+    """As _side_append for one side, through kvcache_v0.cu's kernels (f32 / bf16: the same
+    copies as every rung). One thread per q8 group of 32 or per turbo (token, kv head) row."""
+    if side in ("f32", "bf16"):
+        _side_append(side, store, x, t0, max_t)
+        return
+    nb, nkv, hd = x.shape
+    dims = (np.int32(nb), np.int32(nkv), np.int32(hd), np.int32(max_t), np.int32(t0))
+    if side == "q8":
+        grid = _grid(nb * nkv * (hd // Q8_GROUP), _THREADS)
+        kernel("kvcache_v0", "q8_append_v0")(grid, (_THREADS,), (x, store["q"], store["d"], *dims))
+    else:
+        grid = _grid(nb * nkv, _THREADS)
+        kernel("kvcache_v0", "turbo_append_v0")(
+            grid, (_THREADS,),
+            (x, store["codes"], store["d"], *dims, np.int32(_golden._turbo_bits(side))))
+
+
 def _side_decode(side, store, t_len):
     """Stored tokens [0, t_len) -> cupy float32 [nkv, t_len, hd] (rotated domain for turbo)."""
     cp = cupy()
@@ -214,7 +263,7 @@ class KVCache(_golden._KVCacheState):
         return (f"gpu.KVCache(kind={self.kind!r}, len={self.length}, max_t={self.max_t}, "
                 f"nkv={self.cfg.nkv}, head_dim={self.cfg.head_dim})")
 
-    def append(self, k, v, index_k=None):
+    def append(self, k, v, index_k=None, *, impl=None):
         """Store nb tokens at positions len(self) .. len(self)+nb-1 and advance the length.
 
         k, v: cupy float32 [nb, nkv, hd] (C-contiguous; after q/k norm and RoPE, unrotated).
@@ -222,17 +271,27 @@ class KVCache(_golden._KVCacheState):
         quantized kind (q8, turboN); otherwise one launch per side. index_k: cupy float32
         [nb, ihd] raw indexer keys (required iff the config has an indexer), copied to idx_keys.
         Block keys are not computed here (gpu.update_block_keys does). Past max_t -> ValueError.
+        impl: the rung of the q8 / turbo appends (RUNGS; None = "v1"); "v0" launches
+        kvcache_v0.cu's kernels, one per side, and refuses turbo sides with head_dim > 256.
         """
+        impl = _rung("q8_append", impl)       # both append families have the same rungs
         cfg = self.cfg
         check_array("k", k, np.float32, (None, cfg.nkv, cfg.head_dim))
         nb = k.shape[0]
         check_array("v", v, np.float32, k.shape)
         if self._check_index_k_given(index_k):
             check_array("index_k", index_k, np.float32, (nb, cfg.indexer_head_dim))
+        if impl == "v0" and (self.k_rotated or self.v_rotated) \
+                and cfg.head_dim > _V0_TURBO_MAX_HD:
+            raise ValueError(f"impl 'v0' holds a turbo row in a {_V0_TURBO_MAX_HD}-float local "
+                             f"array: head_dim {cfg.head_dim} needs impl 'v1'")
         t0, t1 = self._room(nb)
         if nb == 0:
             return
-        if self.k_kind == self.v_kind and self.k_kind not in ("f32", "bf16"):
+        if impl == "v0":
+            _side_append_v0(self.k_kind, self.k_store, k, t0, self.max_t)
+            _side_append_v0(self.v_kind, self.v_store, v, t0, self.max_t)
+        elif self.k_kind == self.v_kind and self.k_kind not in ("f32", "bf16"):
             _side_append(self.k_kind, self.k_store, k, t0, self.max_t, self.v_store, v)  # K+V
         else:
             _side_append(self.k_kind, self.k_store, k, t0, self.max_t)

@@ -7,6 +7,13 @@ form over any [nb, nheads, hd] view with a contiguous last axis (the indexer's q
 keys use it).
 
 Positions are int32 on the device; they are not range-checked there (that would cost a sync).
+
+Rungs (``impl=``) of qk_norm_rope: "v0" (kernels_cuda/rope_v0.cu, one thread per head, plain
+loops; its sequential sum of squares is within ~hd/4 ulps of exact instead of ~log2(hd)), "v1"
+(rope.cu qk_norm_rope, one warp per head) and "v2" (rope.cu qk_norm_rope_pipe_*, persistent
+pipelined warps, the default; where it does not apply, hd % 4 != 0, hd > 512 or unaligned
+arrays, v2 launches v1's kernel, as the default always has). v1 and v2 give identical bits.
+head_norm_rope: "v0" (head_norm_rope_v0) and "v1" (head_norm_rope, the default).
 """
 from __future__ import annotations
 
@@ -14,12 +21,16 @@ import functools
 
 import numpy as np
 
-from ._runtime import check_array, cupy, kernel, out_array
+from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 
-__all__ = ["qk_norm_rope", "head_norm_rope"]
+__all__ = ["qk_norm_rope", "head_norm_rope", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
 
 _MAX_GRID = 1 << 20
 _MAX_HD = 12288          # the head is staged in <= 48 KiB of shared memory
+_V0_THREADS = 128        # v0: one thread per head
+
+RUNGS = {"qk_norm_rope": ("v0", "v1", "v2"), "head_norm_rope": ("v0", "v1")}
+DEFAULT_RUNG = {"qk_norm_rope": "v2", "head_norm_rope": "v1"}
 
 
 # persistent pipelined kernels (rope.cu qk_norm_rope_pipe_v*): ceil(hd / 128) -> (NV, heads
@@ -31,6 +42,35 @@ _PIPE_WARPS = 8
 def _pipe_path_ok(hd, *arrays):
     """The pipelined kernel needs hd % 4 == 0, hd <= 512 and 16-byte aligned arrays."""
     return hd % 4 == 0 and hd <= 512 and all(a.data.ptr % 16 == 0 for a in arrays)
+
+
+def _rung(family, impl):
+    return resolve_rung(RUNGS, DEFAULT_RUNG, family, impl)
+
+
+def _qk_kernel_name(rung, hd, heads, pipe_ok):
+    """The kernel qk_norm_rope's `rung` launches; v2 needs the pipe path (pipe_ok) and items
+    indexed in 32 bits, else it launches v1's kernel."""
+    if rung == "v0":
+        return "qk_norm_rope_v0"
+    if rung == "v2" and heads < 2 ** 31 and pipe_ok:
+        return f"qk_norm_rope_pipe_v{_PIPE_SHAPES[-(-hd // 128)][0]}"
+    return "qk_norm_rope"
+
+
+def rung_kernel(family, impl=None, head_dim=None, aligned=True, **shape):
+    """Name of the kernel that `impl`'s rung of `family` launches. qk_norm_rope's v2 depends on
+    head_dim (``hd`` also accepted) and on whether every array is 16-byte aligned (``aligned``;
+    fresh CuPy arrays are), and on the head count (nb, nh, nkv) when given."""
+    rung = _rung(family, impl)
+    if family == "head_norm_rope":
+        return "head_norm_rope_v0" if rung == "v0" else "head_norm_rope"
+    hd = shape.get("hd", head_dim)
+    if rung == "v2" and hd is None:
+        raise ValueError("head_dim must be given: qk_norm_rope's v2 kernel depends on it")
+    heads = shape.get("nb", 1) * (shape.get("nh", 1) + shape.get("nkv", 0))
+    pipe_ok = hd is not None and hd % 4 == 0 and hd <= 512 and bool(aligned)
+    return _qk_kernel_name(rung, hd, heads, pipe_ok)
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,13 +117,15 @@ def _check_eps(eps):
 
 
 def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e-6,
-                 q_out=None, k_out=None):
+                 q_out=None, k_out=None, impl=None):
     """Per-head zero-centred RMSNorm of q (qg's q half) and k, then partial RoPE, one launch.
 
     qg: cupy float32 [nb, nh, 2*hd] (per head [q | gate]); k: float32 [nb, nkv, hd];
-    q_weight, k_weight: float32 [hd]; positions: int32 [nb]. Returns (q_out [nb, nh, hd],
+    q_weight, k_weight: float32 [hd]; positions: int32 [nb]; impl: a rung of
+    RUNGS["qk_norm_rope"] (None: the default). Returns (q_out [nb, nh, hd],
     k_out [nb, nkv, hd]) float32.
     """
+    rung = _rung("qk_norm_rope", impl)
     check_array("qg", qg, np.float32, ndim=3)
     check_array("k", k, np.float32, ndim=3)
     nb, nh, two_hd = qg.shape
@@ -102,36 +144,38 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
     q_out = out_array("q_out", q_out, (nb, nh, hd), np.float32)
     k_out = out_array("k_out", k_out, (nb, nkv, hd), np.float32)
     heads = nb * (nh + nkv)
+    args = (qg, k, q_weight, k_weight, positions, q_out, k_out, np.int32(nb), np.int32(nh),
+            np.int32(nkv), np.int32(hd), np.int32(rotary_dim), np.float64(theta),
+            np.float32(eps))
     # the pipelined kernel indexes items (token, head pair) with 32-bit ints
-    if heads and heads < 2 ** 31 and _pipe_path_ok(hd, qg, k, q_out, k_out):
+    name = _qk_kernel_name(rung, hd, heads, rung == "v2" and
+                           _pipe_path_ok(hd, qg, k, q_out, k_out))
+    if heads and name == "qk_norm_rope_v0":
+        kernel("rope_v0", name)((min(-(-heads // _V0_THREADS), _MAX_GRID),), (_V0_THREADS,),
+                                args)
+    elif heads and name != "qk_norm_rope":
         nv, hpw = _PIPE_SHAPES[-(-hd // 128)]
-        kern = kernel("rope", f"qk_norm_rope_pipe_v{nv}")
+        kern = kernel("rope", name)
         items = nb * -(-(nh + nkv) // hpw)
         smem = 4 * (rotary_dim // 2 + _PIPE_WARPS * 2 * rotary_dim)
         grid = min(-(-items // _PIPE_WARPS), _resident_blocks(kern, 32 * _PIPE_WARPS, smem))
-        kern((grid,), (32 * _PIPE_WARPS,),
-             (qg, k, q_weight, k_weight, positions, q_out, k_out, np.int32(nb), np.int32(nh),
-              np.int32(nkv), np.int32(hd), np.int32(rotary_dim), np.float64(theta),
-              np.float32(eps)),
-             shared_mem=smem)
+        kern((grid,), (32 * _PIPE_WARPS,), args, shared_mem=smem)
     elif heads:
-        kernel("rope", "qk_norm_rope")(
-            (min(heads, _MAX_GRID),), (32,),
-            (qg, k, q_weight, k_weight, positions, q_out, k_out, np.int32(nb), np.int32(nh),
-             np.int32(nkv), np.int32(hd), np.int32(rotary_dim), np.float64(theta),
-             np.float32(eps)),
-            shared_mem=4 * hd)
+        kernel("rope", "qk_norm_rope")((min(heads, _MAX_GRID),), (32,), args,
+                                       shared_mem=4 * hd)
     return q_out, k_out
 
 
-def head_norm_rope(x, weight, positions, rotary_dim, theta, eps=1e-6, out=None):
+def head_norm_rope(x, weight, positions, rotary_dim, theta, eps=1e-6, out=None, impl=None):
     """rope(rms_norm(x_h, weight), positions[b]) for every head h of every row b, one launch.
 
     x: cupy float32 [nb, nheads, hd] whose last axis is contiguous; its row and head strides may
     be anything (e.g. the q part of the indexer's qk_proj output [nb, (inh+1)*ihd] viewed as
     [nb, inh+1, ihd][:, :inh]). weight: float32 [hd]; positions: int32 [nb]. rotary_dim = 0
-    gives a plain per-head RMSNorm. Returns out: float32 [nb, nheads, hd], C-contiguous.
+    gives a plain per-head RMSNorm; impl: a rung of RUNGS["head_norm_rope"] (None: the
+    default). Returns out: float32 [nb, nheads, hd], C-contiguous.
     """
+    rung = _rung("head_norm_rope", impl)
     cp = cupy()
     if not isinstance(x, cp.ndarray):
         raise TypeError(f"x must be a cupy.ndarray on the GPU, got {type(x).__name__}")
@@ -153,11 +197,13 @@ def head_norm_rope(x, weight, positions, rotary_dim, theta, eps=1e-6, out=None):
     _check_eps(eps)
     out = out_array("out", out, (nb, nheads, hd), np.float32)
     heads = nb * nheads
-    if heads:
-        kernel("rope", "head_norm_rope")(
-            (min(heads, _MAX_GRID),), (32,),
-            (x, np.int64(x.strides[0] // 4), np.int64(x.strides[1] // 4), weight, positions, out,
-             np.int32(nb), np.int32(nheads), np.int32(hd), np.int32(rotary_dim),
-             np.float64(theta), np.float32(eps)),
-            shared_mem=4 * hd)
+    args = (x, np.int64(x.strides[0] // 4), np.int64(x.strides[1] // 4), weight, positions, out,
+            np.int32(nb), np.int32(nheads), np.int32(hd), np.int32(rotary_dim),
+            np.float64(theta), np.float32(eps))
+    if heads and rung == "v0":
+        kernel("rope_v0", "head_norm_rope_v0")(
+            (min(-(-heads // _V0_THREADS), _MAX_GRID),), (_V0_THREADS,), args)
+    elif heads:
+        kernel("rope", "head_norm_rope")((min(heads, _MAX_GRID),), (32,), args,
+                                         shared_mem=4 * hd)
     return out
