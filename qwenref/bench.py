@@ -1272,11 +1272,13 @@ def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2")):
             state["cache"] = cache = gpu.KVCache(c, max_t=calls * nb, kind=kind)
             cache.append(k, v, impl=impl)
             mine = cache.to_golden()
-            same = all((ms[n][:, :nb] == gs[n]).all()
-                       for ms, gs in ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store))
-                       for n in gs)
-            if not same:
-                raise AssertionError(f"{kind} append ({impl}): stored bytes differ from golden")
+            # q8 codes are bit-exact by construction; turbo's rotation is float32 butterflies
+            # against golden's float64 WHT, so a code on a rounding boundary may differ by one
+            # step (TOL_CODES), which the dequantized comparison below measures
+            pairs = ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store))
+            if kind == "q8" and not all((ms[n][:, :nb] == gs[n]).all()
+                                        for ms, gs in pairs for n in gs):
+                raise AssertionError(f"q8 append ({impl}): stored bytes differ from golden")
             return np.concatenate([mine.keys(nb).ravel(), mine.values(nb).ravel()])
         bits = 8 if kind == "q8" else int(kind[len("turbo"):])
         _ladder_runs(ctx, "kvcache", family, {"nb": nb, "nkv": c.nkv, "head_dim": c.head_dim,
