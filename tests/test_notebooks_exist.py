@@ -52,28 +52,3 @@ def test_notebook_committed_executed(nb):
     errors = [o.get("ename") for c in cells for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors, f"{nb.name}: committed with errors {errors}"
-
-
-def _show_kernel_calls():
-    """(notebook, args) of every nbutil.show_kernel(...) call written on one line."""
-    calls = []
-    for nb in NOTEBOOKS:
-        for cell in json.loads(nb.read_text())["cells"]:
-            if cell["cell_type"] == "code":
-                for m in re.finditer(r"show_kernel\((.*)\)\s*$", "".join(cell["source"]), re.M):
-                    calls.append((nb.name, m.group(1)))
-    return calls
-
-
-@pytest.mark.parametrize("nb,args", _show_kernel_calls())
-def test_shown_kernel_excerpts_exist(nb, args):
-    """The notebooks print kernel excerpts between two marker strings; a marker that drifted
-    out of the .cu would make the cell print an error instead of the kernel."""
-    import ast
-    from qwenref.gpu._runtime import kernel_source
-    stage, *markers = ast.literal_eval(f"({args},)")
-    text = kernel_source(stage)
-    pos = 0
-    for mk in markers:
-        assert mk in text[pos:], f"{nb}: marker {mk!r} not found in {stage}.cu after position {pos}"
-        pos = text.index(mk, pos)
