@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .gpu.attention import TOL_ATTN, TOL_ATTN_MMA    # importing it needs no CuPy
+
 __all__ = ["STAGES", "main", "make_run", "error_run", "rel_err", "validate_doc", "format_table",
            "write_results", "require_commit", "sample_pairs", "bytes_norm", "bytes_rope",
            "bytes_wht", "bytes_q8_quantize", "bytes_turbo_quantize", "bytes_append",
@@ -53,13 +55,9 @@ PEER_KEYS = ("peer", "peer_median_us", "speedup")
 DOC_KEYS = ("device", "date", "commit", "cupy", "cuda", "torch", "copy_gbps", "runs")
 N_SAMPLES = 4096
 
-# Tolerances on rel_err, with why:
+# Tolerances on rel_err, with why (decode attention's, TOL_ATTN for v0 / v1 and TOL_ATTN_MMA for
+# the tensor-core rung, live in gpu.attention beside the rungs: each AttentionPlan carries its own)
 TOL_F32 = 1e-5      # same float32 math in another order: ~1e-7, 100x margin
-TOL_ATTN = 1e-4     # same stored codes; float32 exp2 and sums over up to 128k tokens in
-                    # another order (error grows ~sqrt(terms)·eps per split sum)
-TOL_ATTN_MMA = 1e-3  # the tensor-core path rounds each p and each code·d_v to fp16: a term is
-                    # off by <= 2u + u^2 ~ 9.8e-4 relative (u = 2^-11), the norm-wise worst case
-                    # (attention on one token puts it all on that token's V row); measured 2e-4
 TOL_ROPE = 5e-3     # float32 angle pos·inv_freq vs golden's float64: up to ~|angle|·1e-7 rad,
                     # 1.3e-2 rad on the fastest pair at position 131071 -> ~1.5e-3 norm-wise
 TOL_CODES = 1e-3    # quantizers: bit-exact by construction; a code that flips on a rounding
@@ -811,9 +809,10 @@ def _floor_runs(ctx, T, nb, nbytes, calls_per_graph=8):
 
 
 def attention_tol(cache, nb, sel_n=None):
-    """TOL_ATTN_MMA where decode_attention takes the tensor-core (fp16 P.V) path, else TOL_ATTN."""
-    from .gpu.attention import choose_impl
-    return TOL_ATTN_MMA if choose_impl(cache, nb, sel_n=sel_n) == "mma" else TOL_ATTN
+    """The tolerance of the plan decode_attention runs on these rows (TOL_ATTN_MMA on the
+    tensor-core path, else TOL_ATTN): its GPU-free part, so no GPU is needed here."""
+    from .gpu.attention import plan_rung
+    return plan_rung(cache, nb, selective=sel_n is not None).tol
 
 
 def _attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol, calls_per_graph=8):
@@ -1067,15 +1066,15 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
         # validate one eager step against the golden layer on the same cache contents
         base = len(cache)
         gc = cache.to_golden()
-        y = layer.forward(x, base, cache)
-        trace = {}
+        utrace, trace = {}, {}
+        y = layer.forward(x, base, cache, trace=utrace)
         ref = glayer.forward(_host(x), base, gc, trace=trace)
         err = rel_err(_host(y), ref)
         mine = cache.to_golden()
         codes = float(np.mean(
             [(ms[n][:, base:base + nb] == gs[n][:, base:base + nb]).mean()
              for ms, gs in ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store)) for n in gs]))
-        sel_match = _selection_match(layer, trace, base)
+        sel_match = _selection_match(utrace, trace, base)
         # per stage, GPU time (spin first): median over reps steps at successive positions
         per = {}
         for _ in range(reps):
@@ -1113,9 +1112,10 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
         del g
 
 
-def _selection_match(layer, trace, base):
-    """Fraction of rows whose GPU selection equals the golden layer's (1.0 when all dense)."""
-    sel = getattr(layer, "last_selection", None)
+def _selection_match(gpu_trace, trace, base):
+    """Fraction of rows whose GPU selection (gpu_trace, filled by the GPU layer's forward)
+    equals the golden layer's (trace); 1.0 when all dense."""
+    sel = gpu_trace.get("selection")
     gold = trace.get("selections") or []
     if sel is None or not gold:
         return 1.0

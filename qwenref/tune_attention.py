@@ -114,7 +114,8 @@ def main(argv=None):
     ap.add_argument("--T", default="4096,32768,131072")
     ap.add_argument("--nb", default="1,4")
     ap.add_argument("--reps", type=int, default=21)
-    ap.add_argument("--opts", default="", help="comma-separated TUNING_OPTIONS for the .cu")
+    ap.add_argument("--opts", default="", help="comma-separated extra NVRTC options for the "
+                    "partials kernels (options= of gpu.attention), e.g. -DMMA_NSTAGE=3")
     ap.add_argument("--splits", default="auto,x2", help="mma split counts: auto, x2, x0.5, or ints")
     ap.add_argument("--no-sdpa", action="store_true")
     ap.add_argument("--floor", action="store_true", help="time a read-only stream of the bytes")
@@ -127,13 +128,12 @@ def main(argv=None):
     import qwenref.gpu.attention as A
     from qwenref.gpu._runtime import cupy
     cp = cupy()
-    if args.opts:
-        A.TUNING_OPTIONS = tuple(o for o in args.opts.split(",") if o)
+    opts = tuple(o for o in args.opts.split(",") if o)     # passed to every call as options=
     out_dir = os.environ.get("OUT", ".")
     props = cp.cuda.runtime.getDeviceProperties(0)
     l2 = int(props.get("l2CacheSize", 50 << 20))
     res = {"device": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
-           "sm": props["multiProcessorCount"], "l2": l2, "opts": list(A.TUNING_OPTIONS),
+           "sm": props["multiProcessorCount"], "l2": l2, "opts": list(opts),
            "rows": []}
     bw, tcopy = copy_bandwidth(cp)
     res["copy_Bps"] = bw
@@ -177,7 +177,8 @@ def main(argv=None):
                 l = cp.empty((nb, S, nh), cp.float32)
                 o = cp.empty((nb, S, nh, hd), cp.float32)
                 calls_p = [lambda c=c: A.attn_partials(q, c, base_pos, S, m_out=m, l_out=l,
-                                                       o_out=o, impl=impl) for c in caches]
+                                                       o_out=o, impl=impl, options=opts)
+                           for c in caches]
                 t, sd, mode = time_graph(cp, calls_p, args.reps)
                 row[name] = {"us": t * 1e6, "sd_us": sd * 1e6, "S": S, "mode": mode,
                              "pct_copy": 100 * ideal / t}
@@ -187,13 +188,14 @@ def main(argv=None):
                 return m, l, o
 
             # v1 with its own split count
-            S1 = A.auto_n_splits(A._partials_kernel(caches[0]), T, nkv, nb)
+            S1 = A.plan(caches[0], nb, base_pos=base_pos, impl="v1", options=opts).n_splits
             run("v1", "v1", S1)
-            kern, smem, threads = A._mma_kernel(caches[0], nb)
-            Sa = A.mma_n_splits(kern, smem, threads, T, nkv)
-            row["mma_threads"] = threads
-            row["mma_regs"] = int(getattr(kern, "num_regs", -1))
-            row["mma_smem"] = smem
+            pm = A.plan(caches[0], nb, base_pos=base_pos, impl="mma", options=opts)
+            Sa = pm.n_splits
+            row["mma_kernel"] = pm.kernel
+            row["mma_threads"] = pm.threads
+            row["mma_regs"] = int(getattr(A._plan_kernel(pm), "num_regs", -1))
+            row["mma_smem"] = pm.smem
             chunks = -(-T // 32)
             for sp in args.splits.split(","):
                 if sp == "auto":
@@ -208,8 +210,8 @@ def main(argv=None):
             l = cp.empty((nb, Sa, nh), cp.float32)
             o = cp.empty((nb, Sa, nh, hd), cp.float32)
             # (graph replay, and queued launches: the bench's method)
-            calls = [lambda c=c: A.decode_attention(q, c, base_pos, n_splits=Sa, out=out,
-                                                    partials=(m, l, o)) for c in caches]
+            calls = [lambda c=c: A.decode_attention(q, c, base_pos, out=out, partials=(m, l, o),
+                                                    plan=pm) for c in caches]
             t, sd, mode = time_graph(cp, calls, args.reps)
             tq = time_us(cp, lambda i: calls[i](), n_rot=len(calls))[0] * 1e-6
             row["decode_mma"] = {"us": t * 1e6, "S": Sa, "mode": mode, "pct_copy": 100 * ideal / t,
@@ -218,8 +220,9 @@ def main(argv=None):
                   f"{100 * ideal / t:5.1f}% of copy  [{mode}]; queued {tq * 1e6:8.1f} us",
                   flush=True)
             # mma vs v1 agreement on this data (sanity, not a test)
-            a = cp.asnumpy(A.decode_attention(q, caches[0], base_pos, n_splits=Sa, impl="mma"))
-            b = cp.asnumpy(A.decode_attention(q, caches[0], base_pos, n_splits=S1, impl="v1"))
+            a = cp.asnumpy(A.decode_attention(q, caches[0], base_pos, plan=pm))
+            b = cp.asnumpy(A.decode_attention(q, caches[0], base_pos, n_splits=S1, impl="v1",
+                                              options=opts))
             row["mma_vs_v1_maxrel"] = float(np.abs(a - b).max() / max(1e-30, np.abs(b).max()))
             res["rows"].append(row)
 

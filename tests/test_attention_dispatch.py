@@ -1,6 +1,8 @@
-"""Which decode-partials kernel the GPU wrapper picks, checked without a GPU: choose_impl and
-mma_kernel_name are plain Python over the cache's kinds and the config (a golden cache has the
-same attributes), and every kernel name they can produce must exist in attention.cu."""
+"""Which decode-partials kernel the GPU wrapper picks, checked without a GPU: plan_rung (and
+choose_impl, rung_kernel and mma_kernel_name over it) are plain Python over the cache's kinds and
+the config (a golden cache has the same attributes), and every kernel name they can produce must
+exist in attention.cu. plan() with the split count given needs no GPU either."""
+import dataclasses
 import re
 from pathlib import Path
 
@@ -118,3 +120,140 @@ def test_bad_impl_is_refused_before_anything_runs():
             A.attn_partials(None, None, 0, impl=bad)
     with pytest.raises(ValueError, match="impl='v0' has no partials"):
         A.attn_partials(None, None, 0, impl="v0")
+
+
+# ---- the plan: its GPU-free part (plan_rung) and plan() with the split count given ------------
+# (kind, nb, n_rep, hd, sparse_v, selective) -> (rung, words of why); why is None exactly when
+# the tensor-core rung applies.
+PLAN_CASES = [
+    ("q8", 1, 6, 256, 0.0, False, "mma", None),
+    ("q8", 5, 6, 256, 0.0, False, "mma", None),                  # 30 columns
+    ("q8", 6, 6, 256, 0.0, False, "v1", "nb * n_rep = 36 > 32"),
+    ("q8", 1, 6, 128, 0.0, False, "mma", None),
+    ("q8", 1, 6, 64, 0.0, False, "v1", "head_dim 64"),
+    ("q8", 1, 6, 256, 1e-3, False, "v1", "sparse_v > 0"),
+    ("q8", 1, 6, 256, 0.0, True, "mma", None),
+    ("q8", 2, 6, 256, 0.0, True, "v1", "selective rows"),
+    ("q8", 1, 12, 256, 0.0, True, "v1", "selective rows"),
+    ("q8", 2, 2, 128, 0.0, True, "v1", "selective rows"),        # one tile, two token lists
+    ("bf16", 1, 6, 256, 0.0, False, "v1", "(bf16, bf16) are not q8/q8"),
+    ("turbo4", 1, 6, 256, 0.0, False, "v1", "not q8/q8"),
+    ("bf16k-turbo3v", 1, 6, 256, 0.0, True, "v1", "(bf16, turbo3) are not q8/q8"),
+    ("f32", 9, 6, 64, 1e-3, True, "v1", "not q8/q8"),             # the first reason is given
+]
+
+
+@pytest.mark.parametrize("kind,nb,n_rep,hd,sparse_v,selective,rung,why", PLAN_CASES)
+def test_plan_rung_and_why(kind, nb, n_rep, hd, sparse_v, selective, rung, why):
+    c = cache(n_rep, kind=kind, hd=hd)
+    p = A.plan_rung(c, nb, sparse_v=sparse_v, selective=selective)
+    assert p.rung == rung
+    if why is None:
+        assert p.why is None
+    else:
+        assert why in p.why
+    assert p.n_splits is None                            # the split count is plan()'s, on the GPU
+    # the wrappers that predate the plan read it
+    assert A.choose_impl(c, nb, sparse_v, object() if selective else None) == rung
+    assert A.rung_kernel("attention", kind=kind, nb=nb, n_rep=n_rep, hd=hd,
+                         selective=selective, sparse_v=sparse_v) == p.kernel
+
+
+@pytest.mark.parametrize("kind", golden.CACHE_KINDS)
+def test_plan_fields_per_rung(kind):
+    """kernel, combine, threads, smem, options and tol of each rung; v0 has no partials."""
+    c = cache(6, kind=kind)
+    pair = A.rung_kernel("attention", "v1", kind=kind)[len("attn_partials_"):]
+    v0 = A.plan_rung(c, 3, impl="v0")
+    assert (v0.rung, v0.kernel, v0.combine, v0.n_splits) == ("v0", f"attention_v0_{pair}", None,
+                                                             None)
+    assert (v0.threads, v0.smem, v0.options, v0.tol) == (32, 0, (), A.TOL_ATTN)
+    assert v0.why == "impl='v0' asked for"
+    v1 = A.plan_rung(c, 3, impl="v1")
+    assert (v1.rung, v1.kernel, v1.combine) == ("v1", f"attn_partials_{pair}", "attn_combine")
+    assert (v1.threads, v1.smem, v1.options, v1.tol) == (128, 0, (), A.TOL_ATTN)
+    if kind == "q8":
+        mma = A.plan_rung(c, 3)
+        assert (mma.rung, mma.kernel, mma.combine) == ("mma", "attn_partials_q8_mma_n3",
+                                                       "attn_combine")
+        assert (mma.threads, mma.tol, mma.why) == (128, A.TOL_ATTN_MMA, None)
+        assert mma.smem == A._mma_smem_bytes(256, 3) > 48 * 1024   # needs the opt-in
+    else:
+        with pytest.raises(ValueError, match="impl='mma' does not apply"):
+            A.plan_rung(c, 3, impl="mma")
+
+
+def test_plan_tol_per_rung():
+    """tol follows the precision: fp16 P.V (2u + u^2, u = 2^-11) on mma, float32 elsewhere."""
+    u = 2.0 ** -11
+    assert 2 * u + u * u < A.TOL_ATTN_MMA < 2 * 2.0 ** -10
+    assert A.TOL_ATTN < A.TOL_ATTN_MMA
+    c = cache(6)
+    assert {r: A.plan_rung(c, 1, impl=r).tol for r in A.IMPLS} == {
+        "v0": A.TOL_ATTN, "v1": A.TOL_ATTN, "mma": A.TOL_ATTN_MMA}
+    from qwenref import bench                            # one source: the bench imports them
+    assert (bench.TOL_ATTN, bench.TOL_ATTN_MMA) == (A.TOL_ATTN, A.TOL_ATTN_MMA)
+
+
+def test_plan_options_shape_and_tuning():
+    """options: the shape's -D's (none at the .cu's default hd 256, n_rep 6), then the
+    caller's; MMA_NW / MMA_NSTAGE / ATTN_NWARP among them change threads and smem to match."""
+    assert A.plan_rung(cache(6), 1).options == ()
+    assert A.plan_rung(cache(2, hd=128), 1).options == ("-DATTN_HD=128", "-DATTN_NREP=2")
+    assert A.plan_rung(cache(6, hd=64), 1, impl="v0").options == ("-DATTN_V0_HD=64",)
+    nw8 = A.plan_rung(cache(6), 1, options=("-DMMA_NW=8", "-DMMA_NSTAGE=3"))
+    assert nw8.options == ("-DMMA_NW=8", "-DMMA_NSTAGE=3")
+    assert nw8.threads == 256
+    assert nw8.smem == A._mma_smem_bytes(256, 1, nw8.options) > A.plan_rung(cache(6), 1).smem
+    assert A.plan_rung(cache(6), 1, impl="v1", options=["-DATTN_NWARP=2"]).threads == 64
+    for bad in ("-DMMA_NW=8", ("-DX=1", 3), None):
+        with pytest.raises(TypeError, match="options"):
+            A.plan_rung(cache(6), 1, options=bad)
+
+
+def test_plan_with_splits_given_needs_no_gpu():
+    """plan() is pure when n_splits is given (or for v0): the split count is the only part
+    that reads the GPU."""
+    c = cache(6)
+    p = A.plan(c, 2, base_pos=10, n_splits=7)
+    assert p == dataclasses.replace(A.plan_rung(c, 2), n_splits=7)
+    assert A.plan(c, 2, impl="v0").n_splits is None
+    sel = A.plan(c, 1, selective=True, width=64, n_splits=3)
+    assert (sel.rung, sel.kernel, sel.n_splits) == ("mma", "attn_partials_q8_mma_sel_n1", 3)
+    with pytest.raises(ValueError, match="n_splits"):
+        A.plan(c, 1, n_splits=A.MAX_SPLITS + 1)
+    with pytest.raises(ValueError, match="n_splits"):
+        A.plan(c, 1, n_splits=0)
+    with pytest.raises(ValueError, match="nb"):
+        A.plan(c, 0, n_splits=1)
+    with pytest.raises(ValueError, match="sparse_v"):
+        A.plan(c, 1, sparse_v=1.0, n_splits=1)
+    with pytest.raises(ValueError, match="impl='mma' does not apply"):
+        A.plan(c, 6, impl="mma", n_splits=1)
+
+
+def test_plan_is_a_frozen_value():
+    """A plan is a value: held, compared, hashed (a cache of captured graphs can key on it)."""
+    p, q = A.plan(cache(6), 1, n_splits=2), A.plan(cache(6), 1, n_splits=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.n_splits = 3
+    assert p == q and hash(p) == hash(q)
+
+
+def test_plan_argument_is_checked_before_anything_runs():
+    """A call refuses a non-plan, a plan whose rung contradicts impl=, and a v0 plan for the
+    partials, before touching its (here absent) arrays."""
+    p = A.plan_rung(cache(6), 1)
+    for f in (A.decode_attention, A.attn_partials):
+        with pytest.raises(TypeError, match="plan"):
+            f(None, None, 0, plan="mma")
+        with pytest.raises(ValueError, match="contradicts plan.rung"):
+            f(None, None, 0, plan=p, impl="v1")
+    with pytest.raises(ValueError, match="impl='v0' has no partials"):
+        A.attn_partials(None, None, 0, plan=A.plan_rung(cache(6), 1, impl="v0"))
+
+
+def test_no_mutable_module_state():
+    """Options are arguments and the choice is a returned plan: the old globals are gone."""
+    for name in ("DEFAULT_IMPL", "LAST_IMPL", "TUNING_OPTIONS"):
+        assert not hasattr(A, name), name

@@ -114,6 +114,23 @@ def test_attention_tol_follows_the_decode_path():
     assert bench.attention_tol(bf16, 1) == bench.TOL_ATTN
     # the fp16 bound: two roundings of u = 2^-11 per term
     assert 2 * 2.0 ** -11 + 2.0 ** -22 < bench.TOL_ATTN_MMA < 2 * 2.0 ** -10
+    # one source of truth: the plan's tol, whose constants live in gpu.attention
+    from qwenref.gpu import attention as A
+    assert (bench.TOL_ATTN, bench.TOL_ATTN_MMA) == (A.TOL_ATTN, A.TOL_ATTN_MMA)
+    for c, nb, sel in ((cache, 1, None), (cache, 4, np.ones(4, np.int32)), (bf16, 1, None)):
+        want = A.plan_rung(c, nb, selective=sel is not None).tol
+        assert bench.attention_tol(c, nb, sel_n=sel) == want
+
+
+def test_selection_match_reads_the_gpu_trace():
+    """The layer run's selection_match compares the GPU forward's trace["selection"] (sel_idx,
+    sel_n) with golden's trace["selections"]: a dense row (sel_n 0) is all its tokens."""
+    gold = {"selections": [(np.arange(5), None), (np.array([0, 2, 5]), None)]}
+    si = np.array([[9, 9, 9], [0, 2, 5]], np.int32)
+    assert bench._selection_match({"selection": (si, np.array([0, 3], np.int32))}, gold, 4) == 1.0
+    si[1, 1] = 3
+    assert bench._selection_match({"selection": (si, np.array([0, 3], np.int32))}, gold, 4) == 0.5
+    assert bench._selection_match({}, {}, 0) == 1.0
 
 
 def test_make_run_derives_bandwidth_share_and_speedup():

@@ -34,19 +34,13 @@ pytestmark = pytest.mark.gpu
 
 REL = 2e-5                      # v1
 REL_V0 = 5e-5                   # v0: one float32 pass over T tokens (module docstring)
+# Every attention call here passes impl= one of these (the float32 rungs and their tolerances);
+# impl=None would pick the tensor-core rung for q8 caches, which has its own file and bound.
 IMPLS = [r for r in gpu_attention.RUNGS["attention"] if r != "mma"]   # ("v0", "v1")
 
 
 def rel(impl):
     return REL_V0 if impl == "v0" else REL
-
-
-@pytest.fixture(autouse=True)
-def v1_only(monkeypatch):
-    """impl=None means v1 here (the float32 CUDA-core kernels and their 2e-5 tolerance); the
-    tests that take an impl pass it explicitly. The tensor-core q8 path has its own tests
-    (test_gpu_attention_mma.py)."""
-    monkeypatch.setattr(gpu_attention, "DEFAULT_IMPL", "v1")
 
 
 def make_cfg(hd, nh, nkv):
@@ -147,9 +141,11 @@ def test_decode_matches_golden(cp, gpu, rng, kind, case, impl):
     assert_meaningful(gc, q, vis)
 
     qd = cp.asarray(q)
+    p = gpu_attention.plan(cache, nb, base_pos=base_pos, impl=impl, n_splits=n_splits)
+    assert (p.rung, p.tol) == (impl, gpu_attention.TOL_ATTN)
     if impl == "v1":
-        S = n_splits if n_splits is not None else gpu_attention.auto_n_splits(
-            gpu_attention._partials_kernel(cache), T, nkv, nb)
+        S = p.n_splits                  # n_splits, or the kernel's own (auto_n_splits)
+        assert S == n_splits or n_splits is None
         m, l, o = (poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh)),
                    poisoned(cp, (nb, S, nh, hd)))
         gpu.attn_partials(qd, cache, base_pos, n_splits, m_out=m, l_out=l, o_out=o, impl=impl)
@@ -170,6 +166,10 @@ def test_decode_matches_golden(cp, gpu, rng, kind, case, impl):
     got = gpu.decode_attention(qd, cache, base_pos, gate=gate_d, n_splits=S, out=out, impl=impl)
     assert got is out
     assert_close(cp, out, rout, "out", rel=rel(impl))
+    # the same call given the plan runs the same kernel with the same splits: bit for bit (both
+    # rungs are deterministic, test_deterministic)
+    again = gpu.decode_attention(qd, cache, base_pos, gate=gate_d, plan=p)
+    cp.testing.assert_array_equal(again, out)
 
 
 @pytest.mark.parametrize("impl", IMPLS)

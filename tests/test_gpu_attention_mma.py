@@ -114,18 +114,24 @@ def test_mma_partials_match_golden(cp, gpu, rng, hd, n_rep, T, nb, S):
     if T > 32 and S > 1:
         assert np.isfinite(rm).sum() > nh, "case meant to span several splits"
 
+    p = gpu_attention.plan(cache, nb, base_pos=base_pos, n_splits=S)
+    assert p.rung == "mma", f"the tensor-core path does not apply: {p.why}"
+    assert (p.kernel, p.n_splits, p.tol) == (gpu_attention.mma_kernel_name(nb, n_rep), S,
+                                             gpu_attention.TOL_ATTN_MMA)
     m, l, o = poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh, hd))
-    gpu_attention.LAST_IMPL = None
-    gpu.attn_partials(cp.asarray(q), cache, base_pos, S, m_out=m, l_out=l, o_out=o)
-    assert gpu_attention.LAST_IMPL == "mma", "the tensor-core path was not taken"
+    gpu.attn_partials(cp.asarray(q), cache, base_pos, m_out=m, l_out=l, o_out=o, plan=p)
     check(cp, m, rm, "m")
     check(cp, l, rl, "l")
     check(cp, o, ro, "o", bound=roa)
 
     out = poisoned(cp, (nb, nh, hd))
-    got = gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=S, out=out)
-    assert got is out and gpu_attention.LAST_IMPL == "mma"
+    got = gpu.decode_attention(cp.asarray(q), cache, base_pos, out=out, plan=p)
+    assert got is out
     check(cp, out, rout, "out", bound=routa)
+    # without a plan the call builds the same one (impl=None: mma here), so the same kernel
+    # and splits give the same bits; v1 (float32 P.V) would differ in the low bits
+    auto = gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=S)
+    cp.testing.assert_array_equal(auto, out)
     # What fails where: a lost or extra token moves l by p_t / l >= ~1e-4 of l here (far over
     # REL), a wrong V dim/group or column moves o by O(|v|) (far over u * sum p |v|).
 
@@ -140,10 +146,13 @@ def test_mma_auto_splits(cp, gpu, rng, hd, n_rep, nb):
     gc, cache = make_cache(gpu, cfg, T, rng)
     q = make_q(cfg, nb, rng)
     *_, rout, routa = reference(gc, q, T - nb, golden.default_n_splits(T))
-    out = gpu.decode_attention(cp.asarray(q), cache, T - nb, out=poisoned(cp, (nb, cfg.nh, hd)))
-    assert gpu_attention.LAST_IMPL == "mma"
-    assert gpu_attention.mma_n_splits(*gpu_attention._mma_kernel(cache, nb), T, cfg.nkv) > 1
+    p = gpu_attention.plan(cache, nb, base_pos=T - nb)
+    assert p.rung == "mma" and p.n_splits > 1            # the kernel's own count: several
+    out = gpu.decode_attention(cp.asarray(q), cache, T - nb, out=poisoned(cp, (nb, cfg.nh, hd)),
+                               plan=p)
     check(cp, out, rout, "out", bound=routa)
+    # n_splits=None without a plan: the call's own plan is p (same bits)
+    cp.testing.assert_array_equal(gpu.decode_attention(cp.asarray(q), cache, T - nb), out)
 
 
 def selection(rng, T, n_blocks, R):
@@ -189,17 +198,20 @@ def test_mma_selective_row(cp, gpu, rng, hd, n_rep, T, R, nbk, extra, S):
 
     m, l, o = poisoned(cp, (1, S, nh)), poisoned(cp, (1, S, nh)), poisoned(cp, (1, S, nh, hd))
     si, sn = cp.asarray(sel_idx), cp.asarray(sel_n)
+    p = gpu_attention.plan(cache, 1, base_pos=T - 1, selective=True, width=sel_idx.shape[1],
+                           n_splits=S)
+    assert (p.rung, p.kernel) == ("mma", "attn_partials_q8_mma_sel_n1")
     gpu.attn_partials(cp.asarray(q), cache, T - 1, S, sel_idx=si, sel_n=sn,
-                      m_out=m, l_out=l, o_out=o)
-    assert gpu_attention.LAST_IMPL == "mma"
+                      m_out=m, l_out=l, o_out=o, plan=p)
     check(cp, m, rm[None], "m")
     check(cp, l, rl[None], "l")
     check(cp, o, ro[None], "o", bound=roa[None])
-    out = gpu.decode_attention(cp.asarray(q), cache, T - 1, n_splits=S, sel_idx=si, sel_n=sn)
+    out = gpu.decode_attention(cp.asarray(q), cache, T - 1, sel_idx=si, sel_n=sn, plan=p)
     check(cp, out, rout[None], "out", bound=routa[None])
-    v1 = gpu.decode_attention(cp.asarray(q), cache, T - 1, n_splits=S, sel_idx=si, sel_n=sn,
-                              impl="v1")
-    assert gpu_attention.LAST_IMPL == "v1"
+    pv = gpu_attention.plan(cache, 1, base_pos=T - 1, selective=True, width=sel_idx.shape[1],
+                            n_splits=S, impl="v1")
+    assert (pv.rung, pv.kernel, pv.tol) == ("v1", "attn_partials_q8_q8", gpu_attention.TOL_ATTN)
+    v1 = gpu.decode_attention(cp.asarray(q), cache, T - 1, sel_idx=si, sel_n=sn, plan=pv)
     check(cp, out, cp.asnumpy(v1), "mma vs v1", bound=routa[None])
 
 
@@ -235,9 +247,10 @@ def test_mma_selective_row_dense_fallback(cp, gpu, rng):
     q = make_q(cfg, 1, rng)
     *_, rout, routa = reference(gc, q, T - 1, 3)
     sel_idx = cp.full((1, 64), -1, cp.int32)
-    out = gpu.decode_attention(cp.asarray(q), cache, T - 1, n_splits=3, sel_idx=sel_idx,
-                               sel_n=cp.zeros(1, cp.int32))
-    assert gpu_attention.LAST_IMPL == "mma"
+    p = gpu_attention.plan(cache, 1, base_pos=T - 1, selective=True, width=64, n_splits=3)
+    assert p.rung == "mma"
+    out = gpu.decode_attention(cp.asarray(q), cache, T - 1, sel_idx=sel_idx,
+                               sel_n=cp.zeros(1, cp.int32), plan=p)
     check(cp, out, rout, "out", bound=routa)
 
 
@@ -264,9 +277,10 @@ def test_mma_misaligned_q_view(cp, gpu, rng):
     qv = flat[1:].reshape(q.shape)
     qv[...] = q
     assert qv.flags.c_contiguous and qv.data.ptr % 16
-    a = gpu.decode_attention(q, cache, T - nb, n_splits=5)
-    b = gpu.decode_attention(qv, cache, T - nb, n_splits=5)
-    assert gpu_attention.LAST_IMPL == "mma"
+    p = gpu_attention.plan(cache, nb, base_pos=T - nb, n_splits=5)
+    assert p.rung == "mma"
+    a = gpu.decode_attention(q, cache, T - nb, plan=p)
+    b = gpu.decode_attention(qv, cache, T - nb, plan=p)
     cp.testing.assert_array_equal(a, b)
 
 
@@ -277,8 +291,17 @@ def test_impl_choice(cp, gpu, rng):
     cfg = make_cfg(128, 6)
     gc, cache = make_cache(gpu, cfg, 200, rng)
     q = cp.asarray(make_q(cfg, 6, rng))                     # 6 rows * 6 = 36 columns > 32
-    run = lambda qq, **kw: (gpu.decode_attention(qq, cache, 150, n_splits=2, **kw),
-                            gpu_attention.LAST_IMPL)[1]
+
+    def run(qq, c=cache, base=150, sel_idx=None, sel_n=None, **kw):
+        """The plan's rung, after checking the call runs it: given the plan, and building its
+        own (the same kernel and splits give the same bits; mma and v1 differ in low bits)."""
+        width = 0 if sel_idx is None else sel_idx.shape[1]
+        p = gpu_attention.plan(c, len(qq), base_pos=base, selective=sel_n is not None,
+                               width=width, n_splits=2, **kw)
+        a = gpu.decode_attention(qq, c, base, sel_idx=sel_idx, sel_n=sel_n, plan=p, **kw)
+        b = gpu.decode_attention(qq, c, base, n_splits=2, sel_idx=sel_idx, sel_n=sel_n, **kw)
+        cp.testing.assert_array_equal(a, b)
+        return p.rung
     assert run(q[:5]) == "mma"                              # 30 columns
     assert run(q) == "v1"
     assert run(q[:2], impl="v1") == "v1"
@@ -289,22 +312,71 @@ def test_impl_choice(cp, gpu, rng):
     with pytest.raises(ValueError, match="impl"):
         run(q, impl="mma")
     with pytest.raises(ValueError, match="impl"):
+        gpu.decode_attention(q, cache, 150, n_splits=2, impl="mma")
+    with pytest.raises(ValueError, match="impl"):
         run(q[:2], impl="fast")
+    # the mma rung and v1 are told apart by their bits: the check inside run() has teeth
+    mma = gpu.decode_attention(q[:2], cache, 150, n_splits=2)
+    v1 = gpu.decode_attention(q[:2], cache, 150, n_splits=2, impl="v1")
+    assert not cp.array_equal(mma, v1)
     gc2 = golden.KVCache(cfg, max_t=64, kind="f32")
     gc2.append(np.ones((40, cfg.nkv, 128), np.float32), np.ones((40, cfg.nkv, 128), np.float32))
     cache2 = gpu.KVCache.from_golden(gc2)
-    gpu.decode_attention(q[:1], cache2, 10)
-    assert gpu_attention.LAST_IMPL == "v1"
+    assert run(q[:1], c=cache2, base=10) == "v1"
     with pytest.raises(ValueError, match="impl"):
         gpu.decode_attention(q[:1], cache2, 10, impl="mma")
 
 
+@pytest.mark.parametrize("tuned", [False, True], ids=["default", "tuned"])
 @pytest.mark.parametrize("hd", [128, 256])
-def test_smem_layout_matches_kernel(cp, gpu, hd):
-    """The wrapper's dynamic shared-memory size equals the kernel's own layout."""
+def test_smem_layout_matches_kernel(cp, gpu, hd, tuned):
+    """The plans' dynamic shared-memory sizes (NT8 = 1..4: nb = 1, 2, 3, 5 rows of 6 heads)
+    equal the kernel's own layout, under tuning options too (they reach the plan as
+    arguments, not module state)."""
     from qwenref.gpu._runtime import kernel
+    # MMA_NW must divide hd / 32 (the .cu's rule), so 8 warps only at hd 256
+    options = (("-DMMA_NSTAGE=3",) + (("-DMMA_NW=8",) if hd == 256 else ())) if tuned else ()
+    gc = golden.KVCache(make_cfg(hd, 6), max_t=64, kind="q8")
+    plans = [gpu_attention.plan_rung(gc, nb, options=options) for nb in (1, 2, 3, 5)]
+    assert [p.kernel for p in plans] == [f"attn_partials_q8_mma_n{n}" for n in (1, 2, 3, 4)]
+    assert plans[0].threads == (256 if tuned and hd == 256 else 128)
+    assert len({p.options for p in plans}) == 1             # one module holds all four
     out = cp.zeros(4, np.int32)
-    opts = gpu_attention._shape_options(hd, 6)
-    kernel("attention", "attn_mma_smem_bytes", opts)((1,), (1,), (out,))
-    want = [gpu_attention._mma_smem_bytes(hd, n) for n in (1, 2, 3, 4)]
-    assert cp.asnumpy(out).tolist() == want
+    kernel("attention", "attn_mma_smem_bytes", plans[0].options)((1,), (1,), (out,))
+    assert cp.asnumpy(out).tolist() == [p.smem for p in plans]
+
+
+def test_plan_must_fit_the_call(cp, gpu, rng):
+    """A plan given to a call is checked against the plan the call would build with its rung:
+    another row count, selective rows, sparse V, another cache kind, other options or another
+    split count are refused before any launch; a plan without a split count gets one."""
+    cfg = make_cfg(256, 6)
+    T = 300
+    gc, cache = make_cache(gpu, cfg, T, rng)
+    q = cp.asarray(make_q(cfg, 4, rng))
+    p1 = gpu_attention.plan(cache, 1, base_pos=T - 1, n_splits=3)
+    with pytest.raises(ValueError, match="plan does not fit this call: plan.kernel"):
+        gpu.decode_attention(q, cache, T - 4, plan=p1)                      # nb 4: n3 kernel
+    sel_idx, sel_n = cp.zeros((1, 8), cp.int32), cp.ones(1, cp.int32)
+    with pytest.raises(ValueError, match="plan.kernel"):                    # needs sel_n1
+        gpu.decode_attention(q[:1], cache, T - 1, sel_idx=sel_idx, sel_n=sel_n, plan=p1)
+    with pytest.raises(ValueError, match="impl='mma' does not apply"):
+        gpu.decode_attention(q[:1], cache, T - 1, sparse_v=1e-3, plan=p1)
+    with pytest.raises(ValueError, match="contradicts plan.n_splits"):
+        gpu.decode_attention(q[:1], cache, T - 1, n_splits=4, plan=p1)
+    with pytest.raises(ValueError, match="contradicts plan.n_splits"):
+        gpu.attn_partials(q[:1], cache, T - 1, m_out=cp.empty((1, 4, cfg.nh), cp.float32),
+                          plan=p1)
+    with pytest.raises(ValueError, match="plan.options"):
+        gpu.decode_attention(q[:1], cache, T - 1, plan=p1, options=("-DMMA_NSTAGE=3",))
+    gc2 = golden.KVCache(cfg, max_t=T, kind="bf16")
+    kv = rng.standard_normal((2, T, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    gc2.append(kv[0], kv[1])
+    bf16 = gpu.KVCache.from_golden(gc2)
+    pv = gpu_attention.plan(cache, 1, base_pos=T - 1, n_splits=3, impl="v1")
+    with pytest.raises(ValueError, match="plan.kernel"):                    # q8 kernel
+        gpu.decode_attention(q[:1], bf16, T - 1, plan=pv)
+    # a GPU-free plan (no split count) is completed by the call: the kernel's own count
+    out = gpu.decode_attention(q[:1], cache, T - 1, plan=gpu_attention.plan_rung(cache, 1))
+    auto = gpu.decode_attention(q[:1], cache, T - 1)
+    cp.testing.assert_array_equal(out, auto)

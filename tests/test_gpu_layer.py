@@ -104,11 +104,11 @@ def _check_caches(ucache, gcache):
         assert _rel(mine.blk_keys[:nblk], gcache.blk_keys[:nblk]) < TOL_EXACT_CACHE
 
 
-def _check_selection(ulayer, trace, base):
-    """The GPU layer's per-row token lists equal the golden layer's (score gaps of random
-    inputs are far above the float noise between the two)."""
+def _check_selection(utrace, trace, base):
+    """The GPU layer's per-row token lists (its forward's trace) equal the golden layer's
+    (score gaps of random inputs are far above the float noise between the two)."""
     gold = trace.get("selections") or []
-    sel = ulayer.last_selection
+    sel = utrace["selection"]
     if sel is None:                                   # the GPU took the all-dense path
         for b, (idx, _) in enumerate(gold):
             assert np.array_equal(idx, np.arange(base + b + 1)), f"row {base + b} is selective"
@@ -123,9 +123,20 @@ def _check_selection(ulayer, trace, base):
     return n_sel
 
 
-def _drive(cfg, w, kind, weight_format, rng, steps=STEPS, tol=None):
+def _check_plan(utrace, ucache, nb, base):
+    """The step's attention plan is the one its rows call for (the rung rule, the layer's own
+    n_splits or the kernel's count); returns its rung."""
+    from qwenref.gpu import attention as A
+    p, sel = utrace["attention_plan"], utrace["selection"]
+    assert isinstance(p, A.AttentionPlan) and p.n_splits >= 1
+    assert p == A.plan(ucache, nb, base_pos=base, selective=sel is not None,
+                       width=0 if sel is None else sel[0].shape[1], n_splits=p.n_splits)
+    return p.rung
+
+
+def _drive(cfg, w, kind, weight_format, rng, steps=STEPS, tol=None, rungs=None):
     """Run both layers through `steps` with the same inputs; check every step. Returns the
-    number of selective rows seen."""
+    number of selective rows seen; rungs, a list, receives each step's attention rung."""
     cp, gpu = _cp(), _gpu()
     glayer = golden.FullAttentionLayer(cfg, w, weight_format=weight_format)
     ulayer = gpu.FullAttentionLayer(cfg, w, weight_format=weight_format)
@@ -140,15 +151,21 @@ def _drive(cfg, w, kind, weight_format, rng, steps=STEPS, tol=None):
         ref = glayer.forward(x, base, gcache, trace=trace)
         xd = cp.asarray(x)
         out = cp.full((nb, cfg.hidden_size), cp.nan, cp.float32)
-        y = ulayer.forward(xd, base, ucache, out=out)
+        utrace = {}
+        y = ulayer.forward(xd, base, ucache, out=out, trace=utrace)
         assert y is out
+        rung = _check_plan(utrace, ucache, nb, base)
+        if rungs is not None:
+            rungs.append(rung)
         got = y.get()
         assert np.isfinite(got).all(), f"step at {base}: unwritten or non-finite output"
         np.testing.assert_array_equal(xd.get(), x)                    # input left alone
         err = _rel(got, ref)
         assert err < tol, f"step at base {base} (nb {nb}): rel_err {err:.2e} >= {tol:.0e}"
         if cfg.has_indexer:
-            n_sel += _check_selection(ulayer, trace, base)
+            n_sel += _check_selection(utrace, trace, base)
+        else:
+            assert utrace["selection"] is None
     _check_caches(ucache, gcache)
     return n_sel
 
@@ -172,7 +189,15 @@ def test_layer_dense_matches_golden(tiny_cfg, rng, kind, weight_format):
 @pytest.mark.parametrize("kind", ["f32", "q8", "turbo3", "bf16k-turbo4v"])
 def test_layer_head_dim_128(tiny_cfg, rng, kind):
     cfg = tiny_cfg.replace(head_dim=128)                      # rotary_dim 32, WHT over 128
-    _drive(cfg, _weights(cfg, rng), kind, "q8", rng)
+    rungs = []
+    _drive(cfg, _weights(cfg, rng), kind, "q8", rng, rungs=rungs)
+    # q8 at hd 128 takes the tensor-core rung where it applies: the one-row selective steps
+    # (positions 41 and 50, n_rep 2); the 35-row prefill (70 columns > 32) and the selective
+    # batches of several rows stay on v1; other kinds are v1 throughout
+    if kind == "q8":
+        assert "mma" in rungs and "v1" in rungs
+    else:
+        assert set(rungs) == {"v1"}
 
 
 def test_layer_without_mlp_runs_attention_only(tiny_cfg, rng):

@@ -46,7 +46,8 @@ def _ops():
     return types.SimpleNamespace(
         rms_norm=norm.rms_norm, add_rms_norm=norm.add_rms_norm, qk_norm_rope=rope.qk_norm_rope,
         indexer_queries=indexer.indexer_queries, update_block_keys=indexer.update_block_keys,
-        select_rows=indexer.select_rows, decode_attention=attention.decode_attention, gemv=gemv)
+        select_rows=indexer.select_rows, decode_attention=attention.decode_attention,
+        attention_plan=attention.plan, gemv=gemv)
 
 
 class _Scratch:
@@ -143,7 +144,6 @@ class FullAttentionLayer:
         self._f32_gemv_ok = all(n % 4 == 0 for n in (c.hidden_size, c.nh * c.head_dim,
                                                       c.intermediate_size))
         self._scratch = {}
-        self.last_selection = None      # (sel_idx, sel_n) of the last step, None when dense
 
     # ---- sizes, for byte counting ------------------------------------------------------------
     def weight_bytes(self):
@@ -192,10 +192,11 @@ class FullAttentionLayer:
         """(weights, scales) as gemv._launch takes them."""
         return w if self.weight_format == "q8" else (w, None)
 
-    def _step(self, x, base_pos, cache, y, s, mark=None, capturing=False):
+    def _step(self, x, base_pos, cache, y, s, mark=None, capturing=False, trace=None):
         """One decode step into y using scratch s (positions already in s.pos). Launches only:
         no allocation of its own, no host synchronisation. mark(name) is called after each
-        stage (stage_times records an event there)."""
+        stage (stage_times records an event there); trace, a dict, receives the selection and
+        the attention plan (host objects and device arrays: filling it reads nothing back)."""
         op, c = _ops(), self.cfg
         mark = mark or (lambda name: None)
         nb, hd, eps = s.nb, c.head_dim, c.rms_norm_eps
@@ -239,9 +240,18 @@ class FullAttentionLayer:
             if self._selective(base_pos, nb):
                 sel_idx, sel_n, _ = op.select_rows(s.iq, cache, base_pos, c)
                 mark("select")
-        self.last_selection = None if sel_idx is None else (sel_idx, sel_n)   # for checks
+        # the plan is host work (shapes, kernel attributes): whether rows may be selective is
+        # known without reading sel_n back, so no synchronisation here
+        plan = op.attention_plan(cache, nb, base_pos=base_pos, sparse_v=self.sparse_v,
+                                 selective=sel_idx is not None,
+                                 width=0 if sel_idx is None else sel_idx.shape[1],
+                                 n_splits=self.n_splits)
+        if trace is not None:
+            trace["selection"] = None if sel_idx is None else (sel_idx, sel_n)
+            trace["attention_plan"] = plan
         op.decode_attention(s.q, cache, base_pos, gate=s.gate, n_splits=self.n_splits,
-                            sparse_v=self.sparse_v, sel_idx=sel_idx, sel_n=sel_n, out=s.attn)
+                            sparse_v=self.sparse_v, sel_idx=sel_idx, sel_n=sel_n, out=s.attn,
+                            plan=plan)
         mark("attention")
 
         attn2 = s.attn.reshape(nb, c.nh * hd)
@@ -273,12 +283,15 @@ class FullAttentionLayer:
         s.pos.set(np.arange(base_pos, base_pos + nb, dtype=np.int32))
         return s
 
-    def forward(self, x, base_pos, cache, out=None):
+    def forward(self, x, base_pos, cache, out=None, trace=None):
         """x cupy float32 [nb, H] at positions base_pos .. base_pos+nb-1 -> y [nb, H].
 
         Appends the rows' K/V (and indexer keys) to `cache`; row b attends to the cache as
         stored over base_pos + b + 1 tokens (dense, or the indexer's selection). base_pos must
-        equal len(cache) (ValueError).
+        equal len(cache) (ValueError). `trace`, if a dict, receives (as golden's forward fills
+        its own) "selection": (sel_idx, sel_n) cupy arrays of the step, or None when every row
+        is dense, and "attention_plan": the gpu.attention.AttentionPlan decode_attention ran.
+        Filling it adds no host synchronisation (nothing is read back from the GPU).
         """
         cp = cupy()
         nb = self._check(x, base_pos, cache)
@@ -286,7 +299,7 @@ class FullAttentionLayer:
         if out is not None:
             check_array("out", out, dtype="float32", shape=(nb, self.cfg.hidden_size))
         s = self._prepare(base_pos, nb)
-        return self._step(x, base_pos, cache, y, s)
+        return self._step(x, base_pos, cache, y, s, trace=trace)
 
     def stage_times(self, x, base_pos, cache, spin_us=5000):
         """Run one forward step (it appends to `cache` like forward) and time each stage on the
