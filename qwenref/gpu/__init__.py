@@ -19,6 +19,7 @@ _EXPORTS = {
     "q8_quantize": "kvcache", "q8_dequantize": "kvcache", "turbo_quantize": "kvcache",
     "turbo_dequantize": "kvcache", "bf16_bits": "kvcache", "KVCache": "kvcache",
     "attn_partials": "attention", "attn_combine": "attention", "decode_attention": "attention",
+    "plan": "attention", "AttentionPlan": "attention",
     "indexer_queries": "indexer", "update_block_keys": "indexer", "block_scores": "indexer",
     "select_rows": "indexer",
     "linear": "gemv", "gemv_q8": "gemv", "gemv_f32": "gemv", "q8_weight": "gemv",
