@@ -1,6 +1,8 @@
 """Checkpoint I/O: write_random_checkpoint -> load_checkpoint round trips (f32/bf16/f16, sharded,
 multimodal prefix, MoE), exact dtype conversion, and ValueErrors naming the bad tensor."""
 import json
+import re
+import struct
 
 import ml_dtypes
 import numpy as np
@@ -141,7 +143,7 @@ def test_sharded_round_trip_and_lazy_reads(tmp_path, f32_dir):
         {files[0]}
     (d / files[1]).unlink()
     ckpt.layer(1)
-    with pytest.raises(OSError):
+    with pytest.raises(ValueError, match=files[1]):          # the missing shard, by name
         ckpt.layer(3)
 
 
@@ -297,8 +299,11 @@ def test_unsupported_dtype_is_named(tmp_path):
 
 
 def test_not_a_checkpoint(tmp_path):
-    with pytest.raises(ValueError, match="not a directory"):
+    with pytest.raises(FileNotFoundError, match="path"):
         load_checkpoint(tmp_path / "nope")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="not a directory"):
+        load_checkpoint(tmp_path / "file")
     with pytest.raises(ValueError, match="config.json"):
         load_checkpoint(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(_cfg().to_hf()))
@@ -332,3 +337,278 @@ def test_layer_weights_validate():
     w["mlp.up_proj.weight"] = np.zeros((3, 3), np.float32)
     with pytest.raises(ValueError, match="mlp.up_proj.weight"):
         w.validate(cfg)
+
+
+# ---- damaged checkpoints: every fault named, nothing read through ----------------------------
+def _tree(d):
+    """Every file under d with its bytes: what a refused write must leave alone."""
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def sharded_src(tmp_path_factory):
+    return write_random_checkpoint(tmp_path_factory.mktemp("sh"), _cfg(), seed=3, shards=3)
+
+
+@pytest.fixture
+def sharded(tmp_path, sharded_src):
+    d = tmp_path / "ck"
+    d.mkdir()
+    for p in sharded_src.iterdir():
+        (d / p.name).write_bytes(p.read_bytes())
+    return d
+
+
+SHARD2 = "model-00002-of-00003.safetensors"
+INDEX = "model.safetensors.index.json"
+
+
+def _header_bytes(header):
+    hb = json.dumps(header).encode()
+    return struct.pack("<Q", len(hb)) + hb
+
+
+@pytest.mark.parametrize("fault, where, match", [
+    # (what is done to the checkpoint, file the message starts with, what else it names)
+    ("config invalid JSON", "config.json", "not valid JSON"),
+    ("config a list", "config.json", "JSON object"),
+    ("config field a string", "config.json", "hidden_size must be an integer"),
+    ("config field negative", "config.json", "rms_norm_eps must be > 0"),
+    ("config field missing", "config.json", "num_attention_heads"),
+    ("config layer_types length", "config.json", "layer_types has 4 entries"),
+    ("config bias", "config.json", "attention_bias"),
+    ("config act", "config.json", "hidden_act"),
+    ("index invalid JSON", INDEX, "not valid JSON"),
+    ("index a list", INDEX, "JSON object"),
+    ("index without weight_map", INDEX, "weight_map"),
+    ("index weight_map a list", INDEX, "weight_map"),
+    ("index names a path", INDEX, r"\.\./x\.safetensors"),
+    ("missing shard", SHARD2, "missing shard"),
+    ("truncated shard", SHARD2, "truncated"),
+    ("shorter than 8 bytes", SHARD2, "shorter than the 8-byte"),
+    ("header past the end", SHARD2, "header length 4096 runs past the end"),
+    ("header not JSON", SHARD2, "header is not valid JSON"),
+    ("header a list", SHARD2, "header must be a JSON object, got a list"),
+    ("header entry malformed", SHARD2, r"tensor model\.layers\.\d\.\S+: shape must be"),
+    ("header offsets reversed", SHARD2, r"data_offsets must be \[begin, end\]"),
+    ("header bytes disagree", SHARD2, r"bytes stored, shape"),
+    ("tensor missing from shard", SHARD2, "missing tensor"),
+])
+def test_damaged_checkpoint_is_named(sharded, fault, where, match):
+    index = json.loads((sharded / INDEX).read_text())
+    conf = json.loads((sharded / "config.json").read_text())
+    shard = sharded / SHARD2
+    raw = shard.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+
+    def put_header(h):
+        shard.write_bytes(_header_bytes(h) + raw[8 + n:])
+
+    edits = {
+        "config invalid JSON": lambda: (sharded / "config.json").write_text("{nope"),
+        "config a list": lambda: (sharded / "config.json").write_text("[1]"),
+        "config field a string": lambda: (sharded / "config.json").write_text(
+            json.dumps(dict(conf, hidden_size="64"))),
+        "config field negative": lambda: (sharded / "config.json").write_text(
+            json.dumps(dict(conf, rms_norm_eps=-1e-6))),
+        "config field missing": lambda: (sharded / "config.json").write_text(
+            json.dumps({k: v for k, v in conf.items() if k != "num_attention_heads"})),
+        "config layer_types length": lambda: (sharded / "config.json").write_text(
+            json.dumps(dict(conf, layer_types=conf["layer_types"][:4]))),
+        "config bias": lambda: (sharded / "config.json").write_text(
+            json.dumps(dict(conf, attention_bias=True))),
+        "config act": lambda: (sharded / "config.json").write_text(
+            json.dumps(dict(conf, hidden_act="gelu"))),
+        "index invalid JSON": lambda: (sharded / INDEX).write_text("{"),
+        "index a list": lambda: (sharded / INDEX).write_text("[]"),
+        "index without weight_map": lambda: (sharded / INDEX).write_text('{"metadata": {}}'),
+        "index weight_map a list": lambda: (sharded / INDEX).write_text(
+            '{"weight_map": []}'),
+        "index names a path": lambda: (sharded / INDEX).write_text(json.dumps(
+            {"weight_map": dict(index["weight_map"], **{name: "../x.safetensors"})})),
+        "missing shard": lambda: shard.unlink(),
+        "truncated shard": lambda: shard.write_bytes(raw[:-100]),
+        "shorter than 8 bytes": lambda: shard.write_bytes(raw[:5]),
+        "header past the end": lambda: shard.write_bytes(struct.pack("<Q", 4096) + b"{}"),
+        "header not JSON": lambda: shard.write_bytes(struct.pack("<Q", 4) + b"{x]x"),
+        "header a list": lambda: shard.write_bytes(_header_bytes([1, 2])),
+        "header entry malformed": lambda: put_header(
+            dict(header, **{name: dict(header[name], shape="64")})),
+        "header offsets reversed": lambda: put_header(
+            dict(header, **{name: dict(header[name],
+                                       data_offsets=header[name]["data_offsets"][::-1])})),
+        "header bytes disagree": lambda: put_header(
+            dict(header, **{name: dict(header[name], shape=[1])})),
+        "tensor missing from shard": lambda: put_header(
+            {k: v for k, v in header.items() if k != name}),
+    }
+    if name == "__metadata__":
+        pytest.skip("no tensor")
+    edits[fault]()
+    with pytest.raises(ValueError, match=rf"^{re.escape(where)}: .*{match}"):
+        load_checkpoint(sharded)
+
+
+def test_faults_after_loading_are_named(sharded):
+    ckpt = load_checkpoint(sharded)
+    index = json.loads((sharded / INDEX).read_text())["weight_map"]
+    layer = next(int(k.split(".")[2]) for k, f in index.items() if f == SHARD2)
+    shard = sharded / SHARD2
+    raw = shard.read_bytes()
+    shard.write_bytes(raw[:-10])                                     # cut short
+    with pytest.raises(ValueError, match=rf"^{re.escape(SHARD2)}: .*truncated"):
+        ckpt.layer(layer)
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    header[name]["data_offsets"] = [0, header[name]["data_offsets"][1] -
+                                    header[name]["data_offsets"][0]]  # moved
+    shard.write_bytes(_header_bytes(header) + raw[8 + n:])
+    with pytest.raises(ValueError, match=rf"^{re.escape(SHARD2)}: (changed on disk|.*bytes)"):
+        ckpt.layer(layer)
+    shard.unlink()
+    with pytest.raises(ValueError, match=rf"^{re.escape(SHARD2)}: no such file"):
+        ckpt.layer(layer)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_weight_is_named(tmp_path, bad):
+    d = write_random_checkpoint(tmp_path, _cfg())
+    name = "model.layers.3.self_attn.v_proj.weight"
+
+    def poison(t):
+        t[name] = t[name].copy()
+        t[name][2, 5] = bad
+    _rewrite(d, poison)
+    ckpt = load_checkpoint(d)                        # headers are fine
+    ckpt.layer(1)                                    # layer 1 is clean
+    with pytest.raises(ValueError, match=rf"^model\.safetensors: tensor {name} holds 1 NaN"):
+        ckpt.layer(3)
+
+
+def test_f64_beyond_float32_is_named(tmp_path):
+    d = write_random_checkpoint(tmp_path, _cfg())
+    name = "model.layers.1.self_attn.q_norm.weight"
+
+    def widen(t):
+        t[name] = t[name].astype(np.float64)
+        t[name][0] = 1e300
+    _rewrite(d, widen)
+    with pytest.raises(ValueError, match=rf"^model\.safetensors: tensor {name} holds"):
+        load_checkpoint(d).layer(1)
+
+
+def test_tensor_in_two_files_without_an_index(tmp_path):
+    d = write_random_checkpoint(tmp_path, _cfg())
+    t = _read_all(d / "model.safetensors")
+    name = "model.layers.1.input_layernorm.weight"
+    save_file({name: t[name]}, str(d / "extra.safetensors"))
+    with pytest.raises(ValueError, match=rf"^model\.safetensors: tensor {name} is also in "
+                                         rf"extra\.safetensors"):
+        load_checkpoint(d)
+
+
+def test_load_arguments(tmp_path):
+    with pytest.raises(TypeError, match="^path"):
+        load_checkpoint(3)
+    ckpt = load_checkpoint(write_random_checkpoint(tmp_path, _cfg()))
+    for bad in (True, 1.0, "1"):
+        with pytest.raises(TypeError, match="^i"):
+            ckpt.layer(bad)
+    for bad in (-1, 5, 99):
+        with pytest.raises(ValueError, match=r"^i: layer -?\d+ is out of range"):
+            ckpt.layer(bad)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"^config\.json: missing"):
+        load_checkpoint(tmp_path / "empty")
+
+
+# ---- write_random_checkpoint: check first, write atomically ------------------------------------
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(dtype="int8"), ValueError, "dtype"),
+    (dict(shards=0), ValueError, "shards"),
+    (dict(shards=100), ValueError, "shards"),
+    (dict(shards=1.5), TypeError, "shards"),
+    (dict(shards=True), TypeError, "shards"),
+    (dict(seed=-1), ValueError, "seed"),
+    (dict(seed=None), TypeError, "seed"),
+    (dict(multimodal="yes"), TypeError, "multimodal"),
+    (dict(cfg={"hidden_size": 64}), TypeError, "cfg"),
+    (dict(cfg=_cfg().replace(layer_types=("linear_attention",) * 5)), ValueError, "cfg"),
+    (dict(cfg=_cfg(attention_bias=True)), ValueError, "cfg"),
+    (dict(path=3), TypeError, "path"),
+])
+def test_refused_write_leaves_the_disk_alone(tmp_path, kwargs, exc, match):
+    d = write_random_checkpoint(tmp_path / "ck", _cfg(), seed=1, shards=2)
+    before = _tree(tmp_path)
+    args = dict(path=d, cfg=_cfg(), seed=2)
+    args.update(kwargs)
+    with pytest.raises(exc, match=f"^{match}"):
+        write_random_checkpoint(args.pop("path"), args.pop("cfg"), **args)
+    assert _tree(tmp_path) == before                 # config.json and shards untouched
+    load_checkpoint(d).layer(1)
+
+
+def test_write_refuses_a_directory_holding_other_files(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="^path: .*'notes.txt'"):
+        write_random_checkpoint(tmp_path, _cfg())
+    assert _tree(tmp_path) == {"notes.txt": b"mine"}
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="^path: .*not a directory"):
+        write_random_checkpoint(tmp_path / "file", _cfg())
+
+
+def test_failed_write_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    import qwenref.checkpoint as ck
+    d = write_random_checkpoint(tmp_path / "ck", _cfg(), seed=1, shards=3)
+    before = _tree(tmp_path)
+    calls = []
+
+    def fail_on_second_shard(file, tensors):
+        calls.append(file.name)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(file, tensors)
+    real = ck._write_safetensors
+    monkeypatch.setattr(ck, "_write_safetensors", fail_on_second_shard)
+    with pytest.raises(OSError, match="No space"):
+        write_random_checkpoint(d, _cfg(), seed=2, shards=2)
+    assert _tree(tmp_path) == before                 # old checkpoint intact, no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+def test_rewrite_replaces_the_whole_checkpoint(tmp_path):
+    d = write_random_checkpoint(tmp_path / "ck", _cfg(), seed=1, shards=3)
+    write_random_checkpoint(d, _cfg(), seed=2, dtype="bf16")
+    assert sorted(p.name for p in d.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]     # no temporaries left
+    assert load_checkpoint(d).stored_dtypes == {"BF16"}
+    link = tmp_path / "link"
+    link.symlink_to(d)
+    write_random_checkpoint(link, _cfg(), seed=3)    # through a symlink: the target is replaced
+    assert link.is_symlink() and load_checkpoint(link).stored_dtypes == {"F32"}
+
+
+def test_layer_weights_validate_faults():
+    cfg = _cfg()
+    good = {n: np.zeros(s, np.float32) for n, s in expected_shapes(cfg).items()}
+    for edit, match in [
+        (lambda w: w.pop("mlp.up_proj.weight"), "missing tensor 'mlp.up_proj.weight': a dense"),
+        (lambda w: w["self_attn.q_norm.weight"].__setitem__(0, np.nan),
+         "tensor 'self_attn.q_norm.weight' holds NaN"),
+        (lambda w: w.__setitem__("self_attn.k_norm.weight", np.zeros(64)),
+         "'self_attn.k_norm.weight' must be a float32"),
+    ]:
+        w = qwenref.LayerWeights({n: a.copy() for n, a in good.items()})
+        edit(w)
+        with pytest.raises(ValueError, match=match):
+            w.validate(cfg)
+    with pytest.raises(TypeError, match="^cfg"):
+        qwenref.LayerWeights(good).validate(cfg.to_hf())
+    with pytest.raises(TypeError, match="^cfg"):
+        expected_shapes(cfg.to_hf())
+    with pytest.raises(TypeError, match="^has_mlp"):
+        expected_shapes(cfg, has_mlp="no")

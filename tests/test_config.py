@@ -73,8 +73,11 @@ def test_from_directory_and_file(tmp_path):
     want = AttnConfig.from_hf(_text())
     assert AttnConfig.from_hf(tmp_path) == want
     assert AttnConfig.from_hf(str(tmp_path / "config.json")) == want
-    with pytest.raises(ValueError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match="src"):
         AttnConfig.from_hf(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="config.json"):
+        AttnConfig.from_hf(tmp_path / "empty")
     with pytest.raises(TypeError, match="src"):
         AttnConfig.from_hf(42)
 
@@ -191,3 +194,81 @@ def test_non_positive_sizes(field):
 def test_partial_indexer():
     with pytest.raises(ValueError, match="indexer"):
         AttnConfig.tiny().replace(indexer_head_dim=0)
+
+
+@pytest.mark.parametrize("field, value, exc", [
+    ("hidden_size", -64, ValueError),
+    ("intermediate_size", 0, ValueError),
+    ("num_hidden_layers", 0, ValueError),
+    ("indexer_budget", -32, ValueError),
+    ("hidden_size", True, TypeError),               # True is not a size
+    ("head_dim", 64.0, TypeError),
+    ("num_key_value_heads", "2", TypeError),
+    ("rms_norm_eps", -1e-6, ValueError),
+    ("rms_norm_eps", 0.0, ValueError),              # 0 makes an all-zero row 0/0
+    ("rms_norm_eps", float("nan"), ValueError),
+    ("rope_theta", 0, ValueError),
+    ("rope_theta", float("inf"), ValueError),
+    ("rope_theta", True, TypeError),
+    ("partial_rotary_factor", -0.25, ValueError),
+    ("partial_rotary_factor", float("nan"), ValueError),
+    ("indexer_head_dim", 15, ValueError),           # indexer rotary width min(16, 15) is odd
+    ("layer_types", "full_attention", TypeError),   # a string, not a list of them
+    ("layer_types", ("full_attention", "full_attention"), ValueError),  # 2 != num_hidden_layers
+    ("model_type", 3, TypeError),
+    ("attention_bias", "false", TypeError),
+    ("hidden_act", None, TypeError),
+    ("extra", [], TypeError),
+])
+def test_bad_field_is_named(field, value, exc):
+    with pytest.raises(exc, match=rf"^{field}\b"):
+        AttnConfig.tiny().replace(**{field: value})
+
+
+def test_numpy_ints_are_sizes():
+    import numpy as np
+    c = AttnConfig.tiny().replace(hidden_size=np.int64(64), rope_theta=np.float32(1e4))
+    assert type(c.hidden_size) is int and type(c.rope_theta) is float
+    assert c == AttnConfig.tiny()
+
+
+@pytest.mark.parametrize("over, match", [
+    (dict(hidden_size="96"), "hidden_size must be an integer"),
+    (dict(hidden_size=96.5), "hidden_size must be an integer"),
+    (dict(num_key_value_heads=False), "num_key_value_heads must be an integer"),
+    (dict(rms_norm_eps="1e-6"), "rms_norm_eps must be a number"),
+    (dict(rms_norm_eps=-1.0), "rms_norm_eps must be > 0"),
+    (dict(rope_parameters=[1e4]), "rope_parameters must be an object"),
+    (dict(layer_types="full_attention"), "layer_types must be a list"),
+    (dict(layer_types=None, full_attention_interval=0), "full_attention_interval"),
+    (dict(attention_bias="false"), "attention_bias must be true or false"),
+    (dict(model_type=7), "model_type must be a string"),
+    (dict(num_attention_heads=0), "num_attention_heads must be >= 1"),
+    (dict(num_hidden_layers=2), "layer_types has 3 entries, num_hidden_layers is 2"),
+])
+def test_from_hf_names_the_field(over, match):
+    with pytest.raises(ValueError, match=rf"^src: {match}"):
+        AttnConfig.from_hf(_text(**over))
+
+
+def test_from_hf_integral_floats_are_sizes():
+    assert AttnConfig.from_hf(_text(hidden_size=96.0)) == AttnConfig.from_hf(_text())
+
+
+def test_from_hf_file_faults_name_the_file(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match=r"^config\.json: not valid JSON"):
+        AttnConfig.from_hf(tmp_path)
+    p.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"^config\.json: must hold a JSON object"):
+        AttnConfig.from_hf(p)
+    p.write_text(json.dumps({"text_config": [1]}))
+    with pytest.raises(ValueError, match=r"^config\.json: text_config must be an object"):
+        AttnConfig.from_hf(p)
+    p.write_text(json.dumps(_text(head_dim=-8)))
+    with pytest.raises(ValueError, match=r"^config\.json: head_dim must be >= 1"):
+        AttnConfig.from_hf(p)
+    p.write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match=r"^config\.json: not valid JSON"):
+        AttnConfig.from_hf(p)

@@ -285,10 +285,14 @@ def test_wht_rotation_tames_outlier_channels(rng):
 # ---- bf16 -----------------------------------------------------------------------------------
 def test_bf16_bits_round_to_nearest_even(rng):
     x = (rng.standard_normal(2000) * np.exp(rng.uniform(-80, 80, 2000))).astype(F32)
-    hi = rng.integers(0, 1 << 15, 200, dtype=np.uint32) << 16
+    # upper halves below 0x7F7F: every tie pattern built on them rounds to a finite bf16
+    hi = rng.integers(0, 0x7F7F, 200, dtype=np.uint32) << 16
     ties = np.concatenate([hi | 0x8000, hi | 0x18000, hi | 0x7FFF, hi | 0x8001]).view(F32)
-    special = np.array([0.0, -0.0, 1.0, -1.0, 3.4e38, -3.4e38, 1e-40, -1e-45,
-                        np.finfo(F32).max, np.inf, -np.inf], F32)
+    # the largest finite values that still round to a finite bf16 (3.3961e38 and up round
+    # to +-inf, which bf16_bits refuses, as it refuses NaN and +-inf)
+    top = np.uint32(0x7F7F7FFF).view(F32)
+    special = np.array([0.0, -0.0, 1.0, -1.0, 3.38e38, -3.38e38, 1e-40, -1e-45,
+                        top, -top], F32)
     x = np.concatenate([x, ties, special])
     b = bf16_bits(x)
     assert b.dtype == np.uint16 and b.shape == x.shape
@@ -297,16 +301,24 @@ def test_bf16_bits_round_to_nearest_even(rng):
     # half-way patterns really went both ways (up from odd, down to even)
     assert np.any(bf16_bits((hi | 0x8000).view(F32)) == (hi >> 16).astype(np.uint16))
     assert np.any(bf16_bits((hi | 0x8000).view(F32)) == (hi >> 16).astype(np.uint16) + 1)
-    assert np.isnan(bf16_round(np.array([np.nan], F32)))[0]
+    assert np.isfinite(bf16_round(special)).all()
+    to_inf = np.uint32(0x7F7F8000).view(F32)                  # half-way to inf: ties up
+    for bad in (np.nan, np.inf, -np.inf, np.finfo(F32).max, to_inf, -to_inf):
+        with pytest.raises(ValueError, match="^x"):
+            bf16_bits(np.array([1.0, bad], F32))
 
 
 def test_bf16_from_bits_all_patterns():
     b = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    f = bf16_from_bits(b)
-    assert f.dtype == np.float32
-    assert np.array_equal(f.view(np.uint32), b.astype(np.uint32) << 16)
-    ok = ~np.isnan(f)
-    assert np.array_equal(bf16_bits(f[ok]), b[ok])             # exact round trip
+    special = (b & 0x7F80) == 0x7F80                           # +-inf and the NaNs
+    assert special.sum() == 2 * 128
+    f = bf16_from_bits(b[~special])
+    assert f.dtype == np.float32 and np.isfinite(f).all()
+    assert np.array_equal(f.view(np.uint32), b[~special].astype(np.uint32) << 16)
+    assert np.array_equal(bf16_bits(f), b[~special])           # exact round trip
+    for pattern in (0x7F80, 0xFF80, 0x7FC0, 0xFFA1):
+        with pytest.raises(ValueError, match="^b"):
+            bf16_from_bits(np.array([0x3F80, pattern], np.uint16))
     with pytest.raises(TypeError, match="b"):
         bf16_from_bits(np.zeros(4, np.int16))
 

@@ -1,4 +1,7 @@
-"""The golden model: every stage in float32 numpy. It is the definition the kernels match."""
+"""The golden model: every stage in float32 numpy. It is the definition the kernels match.
+
+Bad input (NaN or +-inf, a wrong type, shape or range) is refused with a TypeError or ValueError
+naming the argument before anything is computed or stored: docs/bad-input.md."""
 from .norm import *  # noqa: F401,F403
 from .rope import *  # noqa: F401,F403
 from .wht import *  # noqa: F401,F403

@@ -17,7 +17,8 @@ import math
 
 import numpy as np
 
-from .._args import int_arg as _int_arg, sparse_arg as _sparse_arg
+from .._args import check_finite, f32_array, int_arg as _int_arg, real_array
+from .._args import sparse_arg as _sparse_arg
 
 __all__ = ["default_n_splits", "split_bounds", "attn_partials", "attn_combine",
            "decode_attention", "output_gate"]
@@ -31,15 +32,8 @@ LOG2E = 1.0 / math.log(2.0)     # log2(e): base-2 scores let kernels use exp2
 
 
 def _float_array(name, x, ndim):
-    a = np.asarray(x)
-    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
-        raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}")
-    if a.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dims, got shape {a.shape}")
-    a = a.astype(np.float32, copy=False)
-    if not np.isfinite(a).all():
-        raise ValueError(f"{name} must be finite (found inf or NaN)")
-    return a
+    """x as a float32 array of ndim dims, every value finite."""
+    return f32_array(name, x, ints=True, ndim=ndim)
 
 
 def _check_qkv(q, k, v):
@@ -113,6 +107,12 @@ def attn_partials(q, k, v, n_splits, sparse_v=0.0):
     q, k, v = _check_qkv(q, k, v)
     n_splits = _int_arg("n_splits", n_splits, 1)
     sparse_v = _sparse_arg(sparse_v)
+    return _partials(q, k, v, n_splits, sparse_v)
+
+
+def _partials(q, k, v, n_splits, sparse_v):
+    """attn_partials on checked arguments. o is float32: a split's sum of p·v past float32's
+    range rounds to inf (|v| near 1e38 / W), which decode_attention refuses."""
     nh, hd = q.shape
     nkv, T, _ = k.shape
     S, W = n_splits, _split_width(T, n_splits)          # S·W >= T: pad, then one reshape
@@ -137,9 +137,10 @@ def attn_partials(q, k, v, n_splits, sparse_v=0.0):
     e = e.reshape(nkv, nh // nkv, S, W)                                     # [G, R, S, W]
     o = np.einsum("grsw,gswd->sgrd", e, v_pad.reshape(nkv, S, W, hd))       # [S, G, R, D]
 
-    return (np.ascontiguousarray(m.T),                                      # [S, H]
-            np.ascontiguousarray(l.T, dtype=np.float32),                    # [S, H]
-            o.reshape(S, nh, hd).astype(np.float32))                        # [S, H, D]
+    with np.errstate(over="ignore"):
+        return (np.ascontiguousarray(m.T),                                  # [S, H]
+                np.ascontiguousarray(l.T, dtype=np.float32),                # [S, H]
+                o.reshape(S, nh, hd).astype(np.float32))                    # [S, H, D]
 
 
 def attn_combine(m, l, o):
@@ -149,22 +150,31 @@ def attn_combine(m, l, o):
 
     Empty splits (m = -inf, l = 0, o = 0) get weight 2**(-inf) = 0, never (-inf) - (-inf). A
     head whose splits are all empty (L = 0) gets out = 0 and lse2 = -inf. float64 inside.
+    m may hold -inf (an empty split), never NaN or +inf; l must be finite and >= 0 (a sum of
+    exponentials); o finite.
     """
-    m = np.asarray(m)
-    if m.ndim != 2:
-        raise ValueError(f"m must have shape [S, nh], got {m.shape}")
+    m = real_array("m", m, ndim=2)
+    if m.shape[0] < 1:
+        raise ValueError(f"m must hold at least one split, got shape {m.shape}")
     m = m.astype(np.float64)
     if np.isnan(m).any() or (m == np.inf).any():
-        raise ValueError("m must be finite or -inf (empty split)")
-    l = np.asarray(l, np.float64)
+        raise ValueError("m must be finite or -inf (an empty split): it holds NaN or +inf")
+    check_finite("m", m[m != -np.inf])                          # within float32's range
+    l = real_array("l", l)
     if l.shape != m.shape:
         raise ValueError(f"l must have m's shape {m.shape}, got {l.shape}")
-    o = np.asarray(o, np.float64)
+    l = check_finite("l", l.astype(np.float64))
+    if (l < 0).any():
+        raise ValueError("l must be >= 0 (a sum of exponentials)")
+    o = real_array("o", o)
     if o.ndim != 3 or o.shape[:2] != m.shape:
         raise ValueError(f"o must have shape [S, nh, hd] = {m.shape + ('hd',)}, got {o.shape}")
-    if m.shape[0] < 1:
-        raise ValueError("m must hold at least one split")
+    o = check_finite("o", o.astype(np.float64))
+    return _combine(m, l, o)
 
+
+def _combine(m, l, o):
+    """attn_combine on checked float64 arguments."""
     M = m.max(axis=0)                                                       # [H]
     w = np.exp2(m - np.where(np.isfinite(M), M, 0.0))                       # [S, H], empty -> 0
     L = (w * l).sum(axis=0)                                                 # [H]
@@ -181,9 +191,14 @@ def decode_attention(q, k, v, n_splits=None, sparse_v=0.0):
 
     q [nh, hd], k, v [nkv, T, hd] -> float32 [nh, hd].
     """
-    if n_splits is None:
-        n_splits = default_n_splits(np.shape(k)[1] if np.ndim(k) == 3 else 0)
-    return attn_combine(*attn_partials(q, k, v, n_splits, sparse_v))[0]
+    q, k, v = _check_qkv(q, k, v)
+    n_splits = (default_n_splits(k.shape[1]) if n_splits is None
+                else _int_arg("n_splits", n_splits, 1))
+    sparse_v = _sparse_arg(sparse_v)
+    m, l, o = _partials(q, k, v, n_splits, sparse_v)
+    if not np.isfinite(o).all():
+        raise ValueError("v: a split's sum of p·v overflows float32 (|v| is too large)")
+    return _combine(m.astype(np.float64), l.astype(np.float64), o.astype(np.float64))[0]
 
 
 def output_gate(o, gate):
@@ -192,13 +207,12 @@ def output_gate(o, gate):
     sigmoid(g) = 1 / (1 + e**-|g|) for g >= 0 and e**-|g| / (1 + e**-|g|) for g < 0: the
     exponent is never positive, so no overflow for any |gate|. Computed in float64.
     """
-    o = np.asarray(o)
-    gate = np.asarray(gate)
-    for name, a in (("o", o), ("gate", gate)):
-        if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
-            raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}")
+    o = real_array("o", o)
+    gate = real_array("gate", gate)
     if o.shape != gate.shape:
         raise ValueError(f"gate must have o's shape {o.shape}, got {gate.shape}")
+    check_finite("o", o)
+    check_finite("gate", gate)
     g = gate.astype(np.float64)
     z = np.exp(-np.abs(g))                                                  # in (0, 1]
     sig = np.where(g >= 0, 1.0 / (1.0 + z), z / (1.0 + z))

@@ -18,10 +18,10 @@ the float32 scores, so "exact ties" means equal float32 scores (0.0 and -0.0 tie
 """
 import numpy as np
 
-from .._args import int_arg as _int_arg
-
-from .norm import rms_norm
-from .rope import apply_rope
+from .._args import f32_array, finite_float_arg, int_arg as _int_arg, weight_array
+from ..config import AttnConfig
+from .norm import _norm
+from .rope import _rope
 
 __all__ = ["indexer_project", "indexer_queries", "block_keys", "update_block_keys",
            "block_scores", "select_blocks", "visible_tokens", "row_selection"]
@@ -31,12 +31,8 @@ __all__ = ["indexer_project", "indexer_queries", "block_keys", "update_block_key
 
 
 def _float_array(name, x, ndim=None):
-    a = np.asarray(x)
-    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
-        raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}")
-    if ndim is not None and a.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dims, got shape {a.shape}")
-    return a.astype(np.float32, copy=False)
+    """x as a float32 array (of ndim dims when given), every value finite."""
+    return f32_array(name, x, ints=True, ndim=ndim)
 
 
 def _int_array(name, x, ndim=1):
@@ -62,6 +58,11 @@ def _rotary_arg(rotary_dim, width):
     return rotary_dim
 
 
+def _theta_eps(theta, eps):
+    return (finite_float_arg("theta", theta, 0.0, strict=True),
+            finite_float_arg("eps", eps, 0.0))
+
+
 # ---- projection, queries, block keys -----------------------------------------------------------
 def indexer_project(h, w_qk, inh, ihd):
     """h [nb, hidden] @ w_qk.T -> (q_raw [nb, inh, ihd], k_raw [nb, ihd]); k is the last ihd.
@@ -71,7 +72,7 @@ def indexer_project(h, w_qk, inh, ihd):
     inh = _int_arg("inh", inh, 1)
     ihd = _int_arg("ihd", ihd, 1)
     h = _float_array("h", h, 2)                                  # [nb, hidden]
-    w_qk = _float_array("w_qk", w_qk, 2)                         # [(inh+1)·ihd, hidden]
+    w_qk = weight_array("w_qk", w_qk)                            # [(inh+1)·ihd, hidden]
     if w_qk.shape != ((inh + 1) * ihd, h.shape[1]):
         raise ValueError(f"w_qk must have shape ({(inh + 1) * ihd}, {h.shape[1]}) "
                          f"= ((inh+1)·ihd, hidden), got {w_qk.shape}")
@@ -102,7 +103,10 @@ def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6):
     q_norm_w = _weight("q_norm_w", q_norm_w, ihd)
     positions = _positions(positions, nb)
     rotary_dim = _rotary_arg(rotary_dim, ihd)
-    return apply_rope(rms_norm(q_raw, q_norm_w, eps), positions, rotary_dim, theta)
+    theta, eps = _theta_eps(theta, eps)
+    if ihd == 0:
+        raise ValueError(f"q_raw must have a non-empty last axis, got shape {q_raw.shape}")
+    return _rope(_norm(q_raw, q_norm_w, eps, True, "q_raw"), positions, rotary_dim, theta)
 
 
 def block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps=1e-6):
@@ -117,14 +121,22 @@ def block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps=1e-6):
     R = _int_arg("R", R, 1)
     k_norm_w = _weight("k_norm_w", k_norm_w, ihd)
     rotary_dim = _rotary_arg(rotary_dim, ihd)
+    theta, eps = _theta_eps(theta, eps)
     if ((blocks < 0) | ((blocks + 1) * R > T)).any():
         raise ValueError(f"blocks must be complete blocks of raw_keys: 0 <= j < {T // R} "
                          f"(T = {T}, R = {R}), got {blocks.tolist()}")
+    if ihd == 0:
+        raise ValueError(f"raw_keys must have a non-empty last axis, got shape {raw_keys.shape}")
+    return _block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps, "raw_keys")
+
+
+def _block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps, name):
+    """block_keys on checked arguments."""
     if blocks.size == 0:
-        return np.zeros((0, ihd), np.float32)
+        return np.zeros((0, raw_keys.shape[1]), np.float32)
     tok = blocks[:, None] * R + np.arange(R)                     # [nj, R]
     mean = raw_keys[tok].astype(np.float64).mean(axis=1).astype(np.float32)  # [nj, ihd]
-    return apply_rope(rms_norm(mean, k_norm_w, eps), blocks * R, rotary_dim, theta)
+    return _rope(_norm(mean, k_norm_w, eps, True, name), blocks * R, rotary_dim, theta)
 
 
 def update_block_keys(cache, k_norm_w, cfg, t0, t1):
@@ -132,13 +144,22 @@ def update_block_keys(cache, k_norm_w, cfg, t0, t1):
 
     Block j completes at token (j+1)R - 1, so j runs over [t0 // R, t1 // R). Reads
     cache.idx_keys[:t1] (needs t1 <= len(cache)); norm eps, theta and rotary width from cfg.
-    Returns the updated block indices, int64 [nj] (often empty).
+    Returns the updated block indices, int64 [nj] (often empty). Everything is checked, and
+    the new keys computed, before cache.blk_keys is written.
     """
-    if not getattr(cfg, "has_indexer", False):
+    if not isinstance(cfg, AttnConfig):
+        raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
+    if not cfg.has_indexer:
         raise ValueError("cfg has no indexer (indexer_* fields unset)")
-    if getattr(cache, "idx_keys", None) is None or getattr(cache, "blk_keys", None) is None:
-        raise ValueError("cache holds no indexer state (idx_keys / blk_keys are None)")
-    R = cfg.indexer_compress_ratio
+    idx_keys, blk_keys = getattr(cache, "idx_keys", None), getattr(cache, "blk_keys", None)
+    if not (isinstance(idx_keys, np.ndarray) and isinstance(blk_keys, np.ndarray)):
+        raise ValueError("cache holds no indexer state on the host (idx_keys / blk_keys must "
+                         "be numpy arrays)")
+    ihd, R = cfg.indexer_head_dim, cfg.indexer_compress_ratio
+    if idx_keys.ndim != 2 or idx_keys.shape[1] != ihd or blk_keys.shape[1:] != (ihd,):
+        raise ValueError(f"cache's indexer state has width {idx_keys.shape[1:]}, cfg says "
+                         f"indexer_head_dim {ihd}")
+    k_norm_w = _weight("k_norm_w", k_norm_w, ihd)
     t0 = _int_arg("t0", t0, 0)
     t1 = _int_arg("t1", t1, 0)
     if t1 < t0:
@@ -146,13 +167,15 @@ def update_block_keys(cache, k_norm_w, cfg, t0, t1):
     if t1 > len(cache):
         raise ValueError(f"t1 ({t1}) must be <= len(cache) ({len(cache)})")
     blocks = np.arange(t0 // R, t1 // R, dtype=np.int64)         # [nj]
-    if blocks.size and blocks[-1] >= cache.blk_keys.shape[0]:
-        raise ValueError(f"cache.blk_keys has {cache.blk_keys.shape[0]} rows, block "
+    if blocks.size and blocks[-1] >= blk_keys.shape[0]:
+        raise ValueError(f"cache.blk_keys has {blk_keys.shape[0]} rows, block "
                          f"{int(blocks[-1])} does not fit")
     if blocks.size:
-        cache.blk_keys[blocks] = block_keys(cache.idx_keys[:t1], blocks, R, k_norm_w,
-                                            cfg.indexer_rotary_dim, cfg.rope_theta,
-                                            cfg.rms_norm_eps)
+        raw = idx_keys[:t1]
+        if not np.isfinite(raw[blocks[0] * R:(blocks[-1] + 1) * R]).all():
+            raise ValueError("cache.idx_keys holds NaN or +-inf in the blocks to update")
+        blk_keys[blocks] = _block_keys(raw, blocks, R, k_norm_w, cfg.indexer_rotary_dim,
+                                       cfg.rope_theta, cfg.rms_norm_eps, "cache.idx_keys")
     return blocks
 
 
@@ -183,8 +206,11 @@ def select_blocks(scores, kblk):
     nc = scores.shape[0]
     if nc < kblk:
         raise ValueError(f"scores must cover at least kblk = {kblk} blocks, got {nc}")
-    if np.isnan(scores).any():
-        raise ValueError("scores must not contain NaN")
+    return _select(scores, kblk)
+
+
+def _select(scores, kblk):
+    nc = scores.shape[0]
     others = np.argsort(-scores[:-1], kind="stable")[:kblk - 1]  # best first, ties: lower index
     return np.sort(np.append(others, nc - 1)).astype(np.int64)
 
@@ -220,10 +246,15 @@ def row_selection(t, q, bkeys, R, kblk):
     R = _int_arg("R", R, 1)
     kblk = _int_arg("kblk", kblk, 1)
     q = _float_array("q", q, 2)                                  # [inh, ihd]
+    bkeys = _float_array("bkeys", bkeys, 2)
+    if bkeys.shape[1] != q.shape[1]:
+        raise ValueError(f"bkeys must have shape [nc, {q.shape[1]}], got {bkeys.shape}")
     nc = (t + 1) // R
     if nc <= kblk:
         return np.arange(t + 1, dtype=np.int64), np.ones(nc, bool)
-    bkeys = _float_array("bkeys", bkeys, 2)
     if bkeys.shape[0] < nc:
         raise ValueError(f"bkeys must hold the row's {nc} complete blocks, got {bkeys.shape[0]}")
-    return visible_tokens(t, select_blocks(block_scores(q, bkeys[:nc]), kblk), R)
+    scores = block_scores(q, bkeys[:nc])
+    if not np.isfinite(scores).all():
+        raise ValueError("q, bkeys: block scores overflow float32 (|q|·|bkey| is too large)")
+    return visible_tokens(t, _select(scores, kblk), R)

@@ -5,9 +5,16 @@ Stored layout (the GPU cache uses the same arrays, as cupy arrays):
   side "f32":    {"data": float32 [nkv, max_t, hd]}
   side "bf16":   {"data": uint16  [nkv, max_t, hd]}            (bf16 bit patterns)
   side "q8":     {"q": int8 [nkv, max_t, hd], "d": float16 [nkv, max_t, hd // 32]}
-  side "turboN": {"codes": uint8 [nkv, max_t, hd // 16, 2 * N], "d": float16 [nkv, max_t, hd // 16]}
+  side "turboN": {"codes": uint8 [nkv, max_t, hd // 16, 2 * N],
+                  "d": float16 [nkv, max_t, hd // 16]}
   indexer (cfg.has_indexer): idx_keys float32 [max_t, ihd] (raw keys),
                              blk_keys float32 [max_t // R, ihd] (block keys, normed + roped)
+
+Bad input: every function here refuses NaN and +-inf in its float inputs (ValueError naming the
+argument) before computing, so no NaN is ever cast to an integer code; a quantizer also refuses
+a group whose float16 scale would overflow, and bf16_bits a value that would round to +-inf, so
+every stored scale and bf16 value is finite. bf16_from_bits refuses the bit patterns of NaN and
++-inf. KVCache.append checks everything before it writes: a refused append stores nothing.
 
 Precision: every quantizer works in float32 exactly as written (products, reciprocals and
 rounding of the scale are float32 operations, the scale is stored as float16 with round to
@@ -17,8 +24,9 @@ at most 8 significant bits) times a float16 scale (11 bits) fits in float32's 24
 import ml_dtypes
 import numpy as np
 
+from .._args import check_finite, f32_array, int_arg
 from ..config import AttnConfig
-from .wht import wht
+from .wht import _wht
 
 __all__ = ["CACHE_KINDS", "q8_quantize", "q8_dequantize", "turbo_quantize", "turbo_dequantize",
            "turbo_pack", "turbo_unpack", "bf16_round", "bf16_bits", "bf16_from_bits", "KVCache"]
@@ -32,10 +40,8 @@ TURBO_GROUP = 16    # values per turbo group (one float16 scale each)
 
 # ---- argument checks ------------------------------------------------------------------------
 def _float32_array(name, a):
-    a = np.asarray(a)
-    if not np.issubdtype(a.dtype, np.floating):
-        raise TypeError(f"{name} must be a floating-point array, got dtype {a.dtype}")
-    return a.astype(np.float32, copy=False)
+    """a as a finite float32 array (floating dtypes only)."""
+    return f32_array(name, a, ints=False)
 
 
 def _typed_array(name, a, dtype):
@@ -50,6 +56,14 @@ def _groups(name, x, size):
     if x.ndim < 1 or x.shape[-1] % size:
         raise ValueError(f"{name}'s last axis must be a multiple of {size}, got shape {x.shape}")
     return x.reshape(x.shape[:-1] + (x.shape[-1] // size, size))
+
+
+def _check_scales(name, d, limit):
+    """d: float16 scales from a quantizer. An overflowed (inf) scale would dequantize to inf or
+    NaN, so the group is refused, naming the quantizer's input."""
+    if not np.isfinite(d).all():
+        raise ValueError(f"{name}: a group's max |{name}| needs a scale beyond float16's range "
+                         f"(this format stores max |{name}| below {limit:.4g})")
 
 
 def _check_bits(bits):
@@ -76,13 +90,26 @@ def q8_quantize(x):
     Returns (q int8 [..., n], d float16 [..., n // 32]). n % 32 != 0 -> ValueError.
     """
     x = _float32_array("x", x)
+    _groups("x", x, Q8_GROUP)
+    q, d = _q8_quantize(x)
+    _check_scales("x", d, _Q8_LIMIT)
+    return q, d
+
+
+# the float16 scale amax / 127 rounds to inf from 65520 on
+_Q8_LIMIT = 65520.0 * 127
+
+
+def _q8_quantize(x):
+    """q8_quantize on a checked finite float32 x; d may hold inf (callers check it)."""
     xg = _groups("x", x, Q8_GROUP)                                           # [..., g, 32]
     amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))                # [..., g]
     d32 = amax / np.float32(127)                                             # [..., g] f32
     with np.errstate(divide="ignore"):
         inv = np.where(d32 != 0, np.float32(1) / d32, np.float32(0))         # [..., g] f32
     q = _round_half_away(xg * inv[..., None])                                # [..., g, 32] f32
-    return q.astype(np.int8).reshape(x.shape), d32.astype(np.float16)
+    with np.errstate(over="ignore"):
+        return q.astype(np.int8).reshape(x.shape), d32.astype(np.float16)
 
 
 def q8_dequantize(q, d):
@@ -91,7 +118,9 @@ def q8_dequantize(q, d):
     d = _typed_array("d", d, np.float16)
     qg = _groups("q", q, Q8_GROUP)                                           # [..., g, 32]
     if d.shape != qg.shape[:-1]:
-        raise ValueError(f"d must have shape {qg.shape[:-1]} (one scale per 32 of q), got {d.shape}")
+        raise ValueError(f"d must have shape {qg.shape[:-1]} (one scale per 32 of q), "
+                         f"got {d.shape}")
+    check_finite("d", d)
     return (qg.astype(np.float32) * d.astype(np.float32)[..., None]).reshape(q.shape)
 
 
@@ -136,6 +165,19 @@ def turbo_quantize(x, bits):
     """
     bits = _check_bits(bits)
     x = _float32_array("x", x)
+    _groups("x", x, TURBO_GROUP)
+    codes, d = _turbo_quantize(x, bits)
+    _check_scales("x", d, _turbo_limit(bits))
+    return codes, d
+
+
+def _turbo_limit(bits):
+    """max |x| whose float16 scale amax / L stays finite (below 65520)."""
+    return 65520.0 * ((1 << bits) - 1) / 2
+
+
+def _turbo_quantize(x, bits):
+    """turbo_quantize on a checked finite float32 x; d may hold inf (callers check it)."""
     xg = _groups("x", x, TURBO_GROUP)                                        # [..., g, 16]
     amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))                # [..., g]
     d32 = amax / np.float32(((1 << bits) - 1) / 2)                           # [..., g] f32
@@ -143,7 +185,8 @@ def turbo_quantize(x, bits):
         inv = np.where(d32 != 0, np.float32(1) / d32, np.float32(0))         # [..., g] f32
     c = np.floor(xg * inv[..., None] + np.float32(1 << (bits - 1)))          # [..., g, 16] f32
     c = np.clip(c, 0, (1 << bits) - 1).astype(np.uint8)
-    return turbo_pack(c, bits), d32.astype(np.float16)
+    with np.errstate(over="ignore"):
+        return turbo_pack(c, bits), d32.astype(np.float16)
 
 
 def turbo_dequantize(codes, d, bits):
@@ -154,21 +197,41 @@ def turbo_dequantize(codes, d, bits):
     if d.shape != c.shape[:-1]:
         raise ValueError(f"d must have shape {c.shape[:-1]} (one scale per group of codes), "
                          f"got {d.shape}")
+    check_finite("d", d)
     level = c.astype(np.float32) - np.float32(((1 << bits) - 1) / 2)         # [..., g, 16]
     y = level * d.astype(np.float32)[..., None]
     return y.reshape(c.shape[:-2] + (c.shape[-2] * TURBO_GROUP,))
 
 
 # ---- bf16 -----------------------------------------------------------------------------------
-def bf16_bits(x):
-    """float32 -> uint16 bf16 bit patterns, round to nearest even."""
-    x = _float32_array("x", x)
+_BF16_EXP = np.uint16(0x7F80)       # exponent all ones: +-inf or NaN
+_BF16_RANGE = "holds values of magnitude >= 3.3961e38, which round to +-inf in bf16"
+
+
+def _bf16_bits(x):
     return x.astype(ml_dtypes.bfloat16).view(np.uint16)
 
 
+def _check_bf16_finite(name, b, what):
+    if ((b & _BF16_EXP) == _BF16_EXP).any():
+        raise ValueError(f"{name} {what}")
+
+
+def bf16_bits(x):
+    """float32 -> uint16 bf16 bit patterns, round to nearest even.
+
+    x must be finite and below bf16's rounding limit (|x| < 3.3961e38, where rounding to nearest
+    even reaches +-inf): ValueError otherwise."""
+    x = _float32_array("x", x)
+    b = _bf16_bits(x)
+    _check_bf16_finite("x", b, _BF16_RANGE)
+    return b
+
+
 def bf16_from_bits(b):
-    """uint16 bf16 bit patterns -> float32."""
+    """uint16 bf16 bit patterns -> float32; the patterns of +-inf and NaN are refused."""
     b = _typed_array("b", b, np.uint16)
+    _check_bf16_finite("b", b, "holds bit patterns of +-inf or NaN (exponent all ones)")
     return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
@@ -180,6 +243,8 @@ def bf16_round(x):
 # ---- one stored side ------------------------------------------------------------------------
 def _side_kinds(kind):
     """Cache kind -> (k side kind, v side kind)."""
+    if not isinstance(kind, str):
+        raise TypeError(f"kind must be a str, one of {CACHE_KINDS}, got {type(kind).__name__}")
     if kind not in CACHE_KINDS:
         raise ValueError(f"kind must be one of {CACHE_KINDS}, got {kind!r}")
     if kind.startswith("bf16k-"):
@@ -205,17 +270,23 @@ def _side_alloc(side, nkv, max_t, hd):
             "d": np.zeros((nkv, max_t, hd // TURBO_GROUP), np.float16)}
 
 
-def _side_encode(side, x):
-    """x float32 [nkv, nb, hd] (head-major) -> {array name: stored values [nkv, nb, ...]}.
-    Turbo sides rotate by the WHT over hd first."""
+def _side_encode(side, x, name):
+    """x finite float32 [nkv, nb, hd] (head-major) -> {array name: stored values [nkv, nb, ...]}.
+    Turbo sides rotate by the WHT over hd first. Values the format cannot store (a float16
+    scale or a bf16 value that would be +-inf) are a ValueError naming `name`."""
     if side == "f32":
         return {"data": x}
     if side == "bf16":
-        return {"data": bf16_bits(x)}
+        b = _bf16_bits(x)
+        _check_bf16_finite(name, b, _BF16_RANGE)
+        return {"data": b}
     if side == "q8":
-        q, d = q8_quantize(x)
+        q, d = _q8_quantize(x)
+        _check_scales(name, d, _Q8_LIMIT)
         return {"q": q, "d": d}
-    codes, d = turbo_quantize(wht(x), _turbo_bits(side))
+    bits = _turbo_bits(side)
+    codes, d = _turbo_quantize(_wht(x), bits)
+    _check_scales(name, d, _turbo_limit(bits))
     return {"codes": codes, "d": d}
 
 
@@ -253,13 +324,13 @@ class _KVCacheState:
         """Check and set cfg, max_t, kind, k_kind, v_kind, k_rotated, v_rotated, length = 0."""
         if not isinstance(cfg, AttnConfig):
             raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
-        if isinstance(max_t, bool) or not isinstance(max_t, (int, np.integer)) or max_t < 1:
-            raise ValueError(f"max_t must be a positive int, got {max_t!r}")
+        max_t = int_arg("max_t", max_t, 1)
         k_kind, v_kind = _side_kinds(kind)
         hd, cap = cfg.head_dim, self._turbo_max_hd
         for side in (k_kind, v_kind):
             if side == "q8" and hd % Q8_GROUP:
-                raise ValueError(f"head_dim ({hd}) must be a multiple of {Q8_GROUP} for kind {kind!r}")
+                raise ValueError(f"head_dim ({hd}) must be a multiple of {Q8_GROUP} for kind "
+                                 f"{kind!r}")
             if side.startswith("turbo") and (hd % TURBO_GROUP or hd & (hd - 1)
                                              or (cap is not None and hd > cap)):
                 limit = f", a multiple of {TURBO_GROUP} and <= {cap}" if cap else \
@@ -347,13 +418,39 @@ class KVCache(_KVCacheState):
             if index_k.shape != (nb, cfg.indexer_head_dim):
                 raise ValueError(f"index_k must be [{nb}, {cfg.indexer_head_dim}], "
                                  f"got shape {index_k.shape}")
+            check_finite("index_k", index_k)
+        check_finite("k", k)
+        check_finite("v", v)
         t0, t1 = self._room(nb)
-        for side, store, x in ((self.k_kind, self.k_store, k), (self.v_kind, self.v_store, v)):
-            for name, a in _side_encode(side, x.transpose(1, 0, 2)).items():  # [nkv, nb, ...]
+        # encode both sides before writing either: a refused append leaves no trace
+        encoded = [(store, _side_encode(side, x.transpose(1, 0, 2), name))  # [nkv, nb, ...]
+                   for side, store, x, name in ((self.k_kind, self.k_store, k, "k"),
+                                                (self.v_kind, self.v_store, v, "v"))]
+        for store, arrays in encoded:
+            for name, a in arrays.items():
                 store[name][:, t0:t1] = a
         if cfg.has_indexer:
             self.idx_keys[t0:t1] = index_k
         self.length = t1
+
+    def _savepoint(self, nb):
+        """A function that restores what an append of nb tokens, and the block-key update after
+        it, can change: the layer calls it when a step fails after its append, so a failed step
+        leaves the cache exactly as it was. Copies nb token slots (and their blocks)."""
+        t0 = self.length
+        t1 = min(t0 + nb, self.max_t)
+        where = [(a, np.s_[:, t0:t1]) for store in (self.k_store, self.v_store)
+                 for a in store.values()]
+        if self.idx_keys is not None:
+            R = self.cfg.indexer_compress_ratio
+            where += [(self.idx_keys, np.s_[t0:t1]), (self.blk_keys, np.s_[t0 // R:t1 // R + 1])]
+        saved = [(a, i, a[i].copy()) for a, i in where]
+
+        def restore():
+            for a, i, old in saved:
+                a[i] = old
+            self.length = t0
+        return restore
 
     def keys(self, t_len=None):
         """Dequantized stored keys float32 [nkv, t_len, hd] (WHT-rotated iff k_rotated)."""
@@ -366,7 +463,8 @@ class KVCache(_KVCacheState):
     def nbytes_per_token(self):
         """Bytes of K+V storage per token (all kv heads), scales included."""
         hd, nkv = self.cfg.head_dim, self.cfg.nkv
-        return nkv * (_side_bytes_per_head(self.k_kind, hd) + _side_bytes_per_head(self.v_kind, hd))
+        return nkv * (_side_bytes_per_head(self.k_kind, hd)
+                      + _side_bytes_per_head(self.v_kind, hd))
 
     def copy(self):
         """An independent deep copy (stored arrays, indexer keys, length)."""

@@ -11,14 +11,18 @@
 Shape letters: nb rows, nh q heads, nkv kv heads, hd head_dim, H hidden.
 The layer holds weights only; every per-sequence state lives in the KVCache.
 """
+import contextlib
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 
+from .._args import check_finite, f32_array, mark_checked, sparse_arg, weight_array
 from ..checkpoint import expected_shapes
+from ..config import AttnConfig
 from .attention import decode_attention, output_gate
 from .indexer import indexer_project, indexer_queries, row_selection, update_block_keys
-from .kvcache import q8_dequantize, q8_quantize
+from .kvcache import _Q8_LIMIT, KVCache, _check_scales, _q8_quantize, q8_dequantize
 from .norm import add_rms_norm, rms_norm
 from .rope import qk_norm_rope
 from .wht import wht
@@ -33,56 +37,140 @@ _MLP = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
 
 # ---- checks shared with qwenref.gpu.layer ------------------------------------------------------
 def _check_layer_args(weight_format, sparse_v, n_splits):
+    if not isinstance(weight_format, str):
+        raise TypeError(f"weight_format must be 'f32' or 'q8', got {type(weight_format).__name__}")
     if weight_format not in ("f32", "q8"):
         raise ValueError(f"weight_format must be 'f32' or 'q8', got {weight_format!r}")
-    if not 0.0 <= float(sparse_v) < 1.0:
-        raise ValueError(f"sparse_v must be in [0, 1), got {sparse_v!r}")
-    if n_splits is not None and (isinstance(n_splits, bool) or
-                                 not isinstance(n_splits, (int, np.integer)) or n_splits < 1):
-        raise ValueError(f"n_splits must be None or a positive int, got {n_splits!r}")
+    sparse_arg(sparse_v)
+    if n_splits is not None:
+        if isinstance(n_splits, (bool, np.bool_)) or not isinstance(n_splits, (int, np.integer)):
+            raise TypeError(f"n_splits must be None or a positive int, got "
+                            f"{type(n_splits).__name__}")
+        if n_splits < 1:
+            raise ValueError(f"n_splits must be None or a positive int, got {n_splits!r}")
 
 
 def _check_weights(c, w, weight_format):
-    """Missing weights or config-mismatched shapes -> ValueError naming the weight; a q8 layer
-    needs every projection's input dim to be a multiple of 32. -> has_mlp (warns when not)."""
-    for name, shape in expected_shapes(c, has_mlp=False).items():    # the MLP is optional
+    """cfg and weights, checked whole: a missing weight, a wrong shape or dtype, NaN or inf, a
+    dense MLP with only some of its three weights -> ValueError / TypeError naming the weight;
+    a q8 layer needs every projection's input dim to be a multiple of 32 and every Q8_0 scale
+    to fit float16. -> has_mlp (warns when there is no MLP)."""
+    if not isinstance(c, AttnConfig):
+        raise TypeError(f"cfg must be an AttnConfig, got {type(c).__name__}")
+    if c.attention_bias:
+        raise ValueError("cfg.attention_bias is True, but the layer has no projection biases")
+    if c.hidden_act != "silu":
+        raise ValueError(f"cfg.hidden_act is {c.hidden_act!r}; the layer's MLP is SwiGLU "
+                         f"('silu')")
+    if not isinstance(w, Mapping):
+        raise TypeError(f"w must be a mapping of weight name -> array (LayerWeights), got "
+                        f"{type(w).__name__}")
+    mlp_given = [n for n in _MLP if n in w]
+    if 0 < len(mlp_given) < len(_MLP):
+        missing = next(n for n in _MLP if n not in w)
+        raise ValueError(f"w: missing weight {missing!r}: a dense MLP needs all of "
+                         f"{list(_MLP)} (a MoE layer has none of them)")
+    has_mlp = bool(mlp_given)
+    for name, shape in expected_shapes(c, has_mlp).items():
         if name not in w:
             raise ValueError(f"w: missing weight {name!r}")
         if tuple(np.shape(w[name])) != shape:
             raise ValueError(f"w[{name!r}] has shape {np.shape(w[name])}, config says {shape}")
-    if weight_format == "q8":
-        for name in _PROJ:
-            if name in w and np.shape(w[name])[-1] % 32:
-                raise ValueError(f"w[{name!r}]: input dim {np.shape(w[name])[-1]} is not a "
-                                 f"multiple of 32, so it cannot be Q8_0-quantized")
-    has_mlp = all(k in w for k in _MLP)
+        a = f32_array(f"w[{name!r}]", w[name])
+        if weight_format == "q8" and name in _PROJ:
+            if a.shape[-1] % 32:
+                raise ValueError(f"w[{name!r}]: input dim {a.shape[-1]} is not a multiple of "
+                                 f"32, so it cannot be Q8_0-quantized")
+            amax = np.abs(a.reshape(a.shape[0], -1, 32)).max(axis=-1)
+            with np.errstate(over="ignore"):
+                _check_scales(f"w[{name!r}]", (amax / np.float32(127)).astype(np.float16),
+                              _Q8_LIMIT)
     if not has_mlp:
         warnings.warn("FullAttentionLayer: no dense MLP weights (MoE checkpoint?): running "
                       "attention only, y = x + attention(x)", stacklevel=3)
     return has_mlp
 
 
+# ---- stage functions ---------------------------------------------------------------------------
+def _linear(x, w):
+    return np.matmul(x, w.T)
+
+
 def linear(x, w):
     """y = x @ w.T in float32. x [nb, in], w [out, in] (HF's nn.Linear layout) -> [nb, out]."""
-    return np.matmul(np.asarray(x, np.float32), np.asarray(w, np.float32).T)
+    x = f32_array("x", x)
+    if x.ndim < 1:
+        raise ValueError(f"x must have at least one axis [..., in], got shape {x.shape}")
+    w = weight_array("w", w)
+    if x.shape[-1] != w.shape[1]:
+        raise ValueError(f"w must be [out, {x.shape[-1]}] to match x's last axis, got x "
+                         f"{x.shape}, w {w.shape}")
+    return _linear(x, w)
+
+
+def _silu(x):
+    return x / (np.float32(1) + np.exp(np.minimum(-x, np.float32(80))))
 
 
 def silu(x):
     """x * sigmoid(x), written as x / (1 + exp(-x)) with exp clipped so it never overflows."""
-    x = np.asarray(x, np.float32)
-    return x / (np.float32(1) + np.exp(np.minimum(-x, np.float32(80))))
+    return _silu(f32_array("x", x))
 
 
 def mlp(x, w_gate, w_up, w_down):
-    """down(silu(gate(x)) * up(x)) — the dense SwiGLU MLP of Qwen3.5."""
-    return linear(silu(linear(x, w_gate)) * linear(x, w_up), w_down)
+    """down(silu(gate(x)) * up(x)) — the dense SwiGLU MLP of Qwen3.5.
+
+    x [..., H]; w_gate, w_up [I, H]; w_down [H, I]."""
+    x = f32_array("x", x)
+    if x.ndim < 1:
+        raise ValueError(f"x must have at least one axis [..., H], got shape {x.shape}")
+    w_gate = weight_array("w_gate", w_gate)
+    w_up = weight_array("w_up", w_up)
+    w_down = weight_array("w_down", w_down)
+    if w_gate.shape[1] != x.shape[-1]:
+        raise ValueError(f"w_gate must be [I, {x.shape[-1]}] to match x's last axis, got x "
+                         f"{x.shape}, w_gate {w_gate.shape}")
+    if w_up.shape != w_gate.shape:
+        raise ValueError(f"w_up must have w_gate's shape {w_gate.shape}, got {w_up.shape}")
+    if w_down.shape != w_gate.shape[::-1]:
+        raise ValueError(f"w_down must have shape {w_gate.shape[::-1]} = [H, I], got "
+                         f"{w_down.shape}")
+    return _linear(_silu(_linear(x, w_gate)) * _linear(x, w_up), w_down)
 
 
 def quantize_weight_q8(w):
     """A projection's weight as the q8 layer runs it: each row Q8_0-quantized along the input
     dim (groups of 32), dequantized to float32. Returns (dequantized w, q, d)."""
-    q, d = q8_quantize(np.asarray(w, np.float32))
+    w = f32_array("w", w)
+    if w.ndim < 1 or w.shape[-1] % 32:
+        raise ValueError(f"w's last axis (the input dim) must be a multiple of 32, got shape "
+                         f"{w.shape}")
+    q, d = _q8_quantize(w)
+    _check_scales("w", d, _Q8_LIMIT)
     return q8_dequantize(q, d), q, d
+
+
+@contextlib.contextmanager
+def _all_or_nothing(cache, nb, name):
+    """Run a step that appends nb rows to cache: if anything in it fails, put the cache back
+    as it was. The arguments were checked before, so a ValueError here comes from a value
+    the step computed (float32 overflow): it is reported against `name`, the step's input."""
+    restore = cache._savepoint(nb)
+    try:
+        # every stage checks its inputs and the step checks y: an overflow is reported below
+        # as a ValueError, so numpy's overflow warnings would only repeat it
+        with np.errstate(over="ignore", invalid="ignore"):
+            yield
+    except BaseException as e:
+        restore()
+        if isinstance(e, ValueError):
+            # an enclosing step (forward around attention) re-reports the stage's own message
+            detail = getattr(e, "detail", str(e))
+            err = ValueError(f"{name}: a value computed from {name} is out of range ({detail}); "
+                             f"the cache is unchanged")
+            err.detail = detail
+            raise err from e
+        raise
 
 
 class FullAttentionLayer:
@@ -92,18 +180,28 @@ class FullAttentionLayer:
     replaces every projection by its Q8_0 round trip. sparse_v and n_splits go to
     golden.decode_attention. MoE checkpoints carry no dense MLP: the layer then runs attention
     only (y = x + attention(x)) and says so once with a warning.
+
+    Bad input never changes state: the constructor checks cfg and every weight (names, shapes,
+    finite values), forward/attention check every argument before the cache is touched, and a
+    step that fails later (float32 overflow in a computed value) puts the cache back as it was.
     """
 
     def __init__(self, cfg, w, sparse_v=0.0, n_splits=None, weight_format="f32"):
         _check_layer_args(weight_format, sparse_v, n_splits)
+        self.has_mlp = _check_weights(cfg, w, weight_format)
         self.cfg, self.sparse_v, self.n_splits = cfg, float(sparse_v), n_splits
         self.weight_format = weight_format
-        self.has_mlp = _check_weights(cfg, w, weight_format)
         self.w = {}
-        for name, arr in w.items():
-            arr = np.asarray(arr, np.float32)
+        for name in expected_shapes(cfg, self.has_mlp):
+            arr = np.asarray(w[name], np.float32)
             if weight_format == "q8" and name in _PROJ:
                 arr = quantize_weight_q8(arr)[0]
+            # the layer's own read-only view, checked above: the per-step stage calls on it
+            # skip the finiteness scan (a NaN written later into the caller's array is still
+            # caught, in the first value computed from it, and the step is undone)
+            arr = arr.view()
+            arr.flags.writeable = False
+            mark_checked(arr)
             self.w[name] = arr
 
     # ---- the step ---------------------------------------------------------------------------
@@ -114,75 +212,93 @@ class FullAttentionLayer:
         as stored over t_len = base_pos + b + 1 tokens. `trace`, if a dict, receives the
         intermediates (h, q, k, v, gate, selections, attn, ...) for notebooks and GPU tests.
         """
-        x = self._check_input(x, base_pos, cache)
-        h = rms_norm(x, self.w["input_layernorm.weight"], self.cfg.rms_norm_eps)
-        attn = self.attention(h, base_pos, cache, trace)
-        hn, x1 = add_rms_norm(attn, x, self.w["post_attention_layernorm.weight"],
-                              self.cfg.rms_norm_eps)
-        if not self.has_mlp:
-            return x1
-        y = x1 + mlp(hn, self.w["mlp.gate_proj.weight"], self.w["mlp.up_proj.weight"],
-                     self.w["mlp.down_proj.weight"])
+        x = self._check_step("x", x, base_pos, cache, trace)
+        tr = {}                                           # goes to `trace` only on success
+        with _all_or_nothing(cache, x.shape[0], "x"):
+            h = rms_norm(x, self.w["input_layernorm.weight"], self.cfg.rms_norm_eps)
+            attn = self.attention(h, base_pos, cache, tr)
+            hn, x1 = add_rms_norm(attn, x, self.w["post_attention_layernorm.weight"],
+                                  self.cfg.rms_norm_eps)
+            y = x1
+            if self.has_mlp:
+                y = x1 + mlp(hn, self.w["mlp.gate_proj.weight"], self.w["mlp.up_proj.weight"],
+                             self.w["mlp.down_proj.weight"])
+            check_finite("y", y)
         if trace is not None:
-            trace.update(h=h, attn_out=attn, x1=x1, h2=hn, y=y)
+            trace.update(tr, h=h, attn_out=attn, x1=x1, h2=hn, y=y)
         return y
 
     def attention(self, h, base_pos, cache, trace=None):
         """The attention block on the normed hidden h [nb, H]: projections through o_proj."""
+        h = self._check_step("h", h, base_pos, cache, trace)
         c, w = self.cfg, self.w
         nb, hd = h.shape[0], c.head_dim
-        pos = base_pos + np.arange(nb)
-        qg = linear(h, w["self_attn.q_proj.weight"]).reshape(nb, c.nh, 2 * hd)
-        k = linear(h, w["self_attn.k_proj.weight"]).reshape(nb, c.nkv, hd)
-        v = linear(h, w["self_attn.v_proj.weight"]).reshape(nb, c.nkv, hd)
-        q, k = qk_norm_rope(qg, k, w["self_attn.q_norm.weight"], w["self_attn.k_norm.weight"],
-                            pos, c.rotary_dim, c.rope_theta, c.rms_norm_eps)
-        gate = qg[..., hd:]
+        with _all_or_nothing(cache, nb, "h"):
+            pos = base_pos + np.arange(nb)
+            qg = linear(h, w["self_attn.q_proj.weight"]).reshape(nb, c.nh, 2 * hd)
+            k = linear(h, w["self_attn.k_proj.weight"]).reshape(nb, c.nkv, hd)
+            v = linear(h, w["self_attn.v_proj.weight"]).reshape(nb, c.nkv, hd)
+            q, k = qk_norm_rope(qg, k, w["self_attn.q_norm.weight"], w["self_attn.k_norm.weight"],
+                                pos, c.rotary_dim, c.rope_theta, c.rms_norm_eps)
+            gate = qg[..., hd:]
 
-        index_k = iq = None
-        if c.has_indexer:
-            iq_raw, index_k = indexer_project(h, w["self_attn.indexer.qk_proj.weight"],
-                                              c.indexer_n_heads, c.indexer_head_dim)
-            iq = indexer_queries(iq_raw, w["self_attn.indexer.q_norm.weight"], pos,
-                                 c.indexer_rotary_dim, c.rope_theta, c.rms_norm_eps)
-        cache.append(k, v, index_k=index_k)
-        if c.has_indexer:
-            update_block_keys(cache, w["self_attn.indexer.k_norm.weight"], c, base_pos,
-                              base_pos + nb)
-
-        keys, values = cache.keys(base_pos + nb), cache.values(base_pos + nb)  # [nkv, T, hd]
-        q_att = wht(q) if cache.k_rotated else q        # (Hq)·(Hk) = q·k
-        out = np.empty((nb, c.nh, hd), np.float32)
-        selections = []
-        for b in range(nb):                               # rows differ in length and selection
-            t = base_pos + b
+            index_k = iq = None
             if c.has_indexer:
-                idx, mask = row_selection(t, iq[b], cache.blk_keys, c.indexer_compress_ratio,
-                                          c.kblk)
-            else:
-                idx, mask = np.arange(t + 1), None
-            selections.append((idx, mask))
-            o = decode_attention(q_att[b], keys[:, idx], values[:, idx], self.n_splits,
-                                 self.sparse_v)
-            if cache.v_rotated:
-                o = wht(o, inverse=True)                  # Σ p·Hv = H Σ p·v
-            out[b] = output_gate(o, gate[b])
-        attn = linear(out.reshape(nb, c.nh * hd), w["self_attn.o_proj.weight"])
+                iq_raw, index_k = indexer_project(h, w["self_attn.indexer.qk_proj.weight"],
+                                                  c.indexer_n_heads, c.indexer_head_dim)
+                iq = indexer_queries(iq_raw, w["self_attn.indexer.q_norm.weight"], pos,
+                                     c.indexer_rotary_dim, c.rope_theta, c.rms_norm_eps)
+            cache.append(k, v, index_k=index_k)
+            if c.has_indexer:
+                update_block_keys(cache, w["self_attn.indexer.k_norm.weight"], c, base_pos,
+                                  base_pos + nb)
+
+            keys, values = cache.keys(base_pos + nb), cache.values(base_pos + nb)  # [nkv, T, hd]
+            q_att = wht(q) if cache.k_rotated else q        # (Hq)·(Hk) = q·k
+            out = np.empty((nb, c.nh, hd), np.float32)
+            selections = []
+            for b in range(nb):                             # rows differ in length and selection
+                t = base_pos + b
+                if c.has_indexer:
+                    idx, mask = row_selection(t, iq[b], cache.blk_keys,
+                                              c.indexer_compress_ratio, c.kblk)
+                else:
+                    idx, mask = np.arange(t + 1), None
+                selections.append((idx, mask))
+                o = decode_attention(q_att[b], keys[:, idx], values[:, idx], self.n_splits,
+                                     self.sparse_v)
+                if cache.v_rotated:
+                    o = wht(o, inverse=True)                # Σ p·Hv = H Σ p·v
+                out[b] = output_gate(o, gate[b])
+            attn = linear(out.reshape(nb, c.nh * hd), w["self_attn.o_proj.weight"])
+            check_finite("attn", attn)
         if trace is not None:
             trace.update(qg=qg, q=q, k=k, v=v, gate=gate, index_q=iq, index_k=index_k,
                          selections=selections, attn_heads=out)
         return attn
 
-    def _check_input(self, x, base_pos, cache):
+    def _check_step(self, name, x, base_pos, cache, trace):
+        """forward's and attention's arguments, all checked before the cache is touched; `name`
+        is the input's name as the caller spelled it ("x" or "h")."""
         c = self.cfg
         if not isinstance(x, np.ndarray):
-            raise TypeError(f"x must be a numpy array, got {type(x).__name__}")
+            raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
         if x.ndim != 2 or x.shape[1] != c.hidden_size or x.shape[0] < 1:
-            raise ValueError(f"x must have shape [nb, {c.hidden_size}], got {x.shape}")
+            raise ValueError(f"{name} must have shape [nb, {c.hidden_size}], got {x.shape}")
         if x.dtype != np.float32:
-            raise TypeError(f"x must be float32, got {x.dtype}")
-        if not isinstance(base_pos, (int, np.integer)) or base_pos != len(cache):
-            raise ValueError(f"base_pos ({base_pos}) must equal len(cache) ({len(cache)})")
+            raise TypeError(f"{name} must be float32, got {x.dtype}")
+        check_finite(name, x)
+        if isinstance(base_pos, (bool, np.bool_)) or not isinstance(base_pos, (int, np.integer)):
+            raise TypeError(f"base_pos must be an int, got {type(base_pos).__name__}")
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a golden KVCache, got {type(cache).__name__}")
         if cache.cfg != c:
             raise ValueError("cache was built for a different AttnConfig than this layer")
+        if base_pos != len(cache):
+            raise ValueError(f"base_pos ({base_pos}) must equal len(cache) ({len(cache)})")
+        if len(cache) + x.shape[0] > cache.max_t:
+            raise ValueError(f"{name}: {x.shape[0]} rows after the {len(cache)} stored exceed "
+                             f"the cache's max_t={cache.max_t}")
+        if trace is not None and not isinstance(trace, dict):
+            raise TypeError(f"trace must be None or a dict, got {type(trace).__name__}")
         return x

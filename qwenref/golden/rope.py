@@ -16,18 +16,19 @@ fastest pairs; the float32 kernel shows the same effect (notebook 02).
 """
 import numpy as np
 
-from .norm import rms_norm
+from .._args import check_finite, f32_array, finite_float_arg, real_array
+from .norm import _norm
 
 __all__ = ["rope_inv_freq", "rope_cos_sin", "apply_rope", "split_q_gate", "qk_norm_rope"]
 
 
 def _check_rotary(rotary_dim, theta):
-    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, (int, np.integer)):
+    """-> (rotary_dim, theta) as int and finite float > 0."""
+    if isinstance(rotary_dim, (bool, np.bool_)) or not isinstance(rotary_dim, (int, np.integer)):
         raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
     if rotary_dim < 0 or rotary_dim % 2:
         raise ValueError(f"rotary_dim must be even and >= 0, got {rotary_dim}")
-    if not theta > 0:
-        raise ValueError(f"theta must be > 0, got {theta!r}")
+    return int(rotary_dim), finite_float_arg("theta", theta, 0.0, strict=True)
 
 
 def _check_positions(positions, nb=None):
@@ -37,42 +38,32 @@ def _check_positions(positions, nb=None):
     if positions.ndim != 1:
         raise ValueError(f"positions must be 1-D [nb], got shape {positions.shape}")
     if nb is not None and positions.shape[0] != nb:
-        raise ValueError(f"positions must have {nb} entries (one per row), got {positions.shape[0]}")
+        raise ValueError(f"positions must have {nb} entries (one per row), "
+                         f"got {positions.shape[0]}")
     if positions.size and positions.min() < 0:
         raise ValueError("positions must be >= 0")
     return positions
 
 
-def rope_inv_freq(rotary_dim, theta):
-    """inv_freq_i = theta ** (-2i / rotary_dim), i < rotary_dim // 2. float64 [rotary_dim // 2]."""
-    _check_rotary(rotary_dim, theta)
+def _float_input(name, x):
+    """x as given (RoPE computes in float64 from it): a floating array, every value finite."""
+    return check_finite(name, real_array(name, x, ints=False))
+
+
+def _inv_freq(rotary_dim, theta):
     i = np.arange(rotary_dim // 2, dtype=np.float64)                        # [rd/2]
     return np.float64(theta) ** (-2.0 * i / rotary_dim)
 
 
-def rope_cos_sin(positions, rotary_dim, theta):
-    """(cos, sin) of positions[:, None] * inv_freq, float64 [len(positions), rotary_dim // 2]."""
-    positions = _check_positions(positions)
-    ang = positions.astype(np.float64)[:, None] * rope_inv_freq(rotary_dim, theta)[None, :]
+def _cos_sin(positions, rotary_dim, theta):
+    ang = positions.astype(np.float64)[:, None] * _inv_freq(rotary_dim, theta)[None, :]
     return np.cos(ang), np.sin(ang)                                          # [nb, rd/2] each
 
 
-def apply_rope(x, positions, rotary_dim, theta):
-    """Rotate-half (NeoX) RoPE on the first rotary_dim dims of the last axis; the rest pass.
-
-    x: [nb, ..., d] (any heads axes between), positions: int [nb]. Returns float32, same shape.
-    """
-    x = np.asarray(x)
-    if not np.issubdtype(x.dtype, np.floating):
-        raise TypeError(f"x must be a floating-point array, got dtype {x.dtype}")
-    if x.ndim < 2:
-        raise ValueError(f"x must be [nb, ..., d] with at least 2 axes, got shape {x.shape}")
-    positions = _check_positions(positions, nb=x.shape[0])
-    _check_rotary(rotary_dim, theta)
-    if rotary_dim > x.shape[-1]:
-        raise ValueError(f"rotary_dim ({rotary_dim}) exceeds x's last axis ({x.shape[-1]})")
+def _rope(x, positions, rotary_dim, theta):
+    """apply_rope on checked arguments."""
     half = rotary_dim // 2
-    cos, sin = rope_cos_sin(positions, rotary_dim, theta)                    # [nb, half]
+    cos, sin = _cos_sin(positions, rotary_dim, theta)                        # [nb, half]
     bshape = (x.shape[0],) + (1,) * (x.ndim - 2) + (half,)
     cos, sin = cos.reshape(bshape), sin.reshape(bshape)                      # [nb, 1.., half]
     x64 = x.astype(np.float64)                                               # [nb, ..., d]
@@ -80,19 +71,44 @@ def apply_rope(x, positions, rotary_dim, theta):
     y = x64.copy()
     y[..., :half] = x1 * cos - x2 * sin
     y[..., half:rotary_dim] = x2 * cos + x1 * sin
-    return y.astype(np.float32)
+    with np.errstate(over="ignore"):     # a float64 value past float32's range rounds to inf
+        return y.astype(np.float32)
+
+
+def rope_inv_freq(rotary_dim, theta):
+    """inv_freq_i = theta ** (-2i / rotary_dim), i < rotary_dim // 2. float64 [rotary_dim // 2]."""
+    return _inv_freq(*_check_rotary(rotary_dim, theta))
+
+
+def rope_cos_sin(positions, rotary_dim, theta):
+    """(cos, sin) of positions[:, None] * inv_freq, float64 [len(positions), rotary_dim // 2]."""
+    positions = _check_positions(positions)
+    return _cos_sin(positions, *_check_rotary(rotary_dim, theta))
+
+
+def apply_rope(x, positions, rotary_dim, theta):
+    """Rotate-half (NeoX) RoPE on the first rotary_dim dims of the last axis; the rest pass.
+
+    x: [nb, ..., d] (any heads axes between), positions: int [nb]. Returns float32, same shape.
+    """
+    x = real_array("x", x, ints=False)
+    if x.ndim < 2:
+        raise ValueError(f"x must be [nb, ..., d] with at least 2 axes, got shape {x.shape}")
+    positions = _check_positions(positions, nb=x.shape[0])
+    rotary_dim, theta = _check_rotary(rotary_dim, theta)
+    if rotary_dim > x.shape[-1]:
+        raise ValueError(f"rotary_dim ({rotary_dim}) exceeds x's last axis ({x.shape[-1]})")
+    check_finite("x", x)
+    return _rope(x, positions, rotary_dim, theta)
 
 
 def split_q_gate(qg):
     """qg [nb, nh, 2*hd] -> (q [nb, nh, hd], gate [nb, nh, hd]) (copies, float32)."""
-    qg = np.asarray(qg)
-    if not np.issubdtype(qg.dtype, np.floating):
-        raise TypeError(f"qg must be a floating-point array, got dtype {qg.dtype}")
+    qg = f32_array("qg", qg, ints=False)
     if qg.ndim < 1 or qg.shape[-1] % 2 or qg.shape[-1] == 0:
         raise ValueError(f"qg's last axis must be 2*head_dim (even, > 0), got shape {qg.shape}")
     hd = qg.shape[-1] // 2
-    return (qg[..., :hd].astype(np.float32, copy=True),
-            qg[..., hd:].astype(np.float32, copy=True))
+    return qg[..., :hd].copy(), qg[..., hd:].copy()
 
 
 def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e-6):
@@ -101,11 +117,8 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
     qg: [nb, nh, 2*hd]; k: [nb, nkv, hd]; q_weight, k_weight: [hd]; positions: int [nb].
     Returns (q [nb, nh, hd], k [nb, nkv, hd]) float32.
     """
-    qg, k = np.asarray(qg), np.asarray(k)
-    if qg.ndim != 3:
-        raise ValueError(f"qg must be [nb, nh, 2*hd], got shape {qg.shape}")
-    if k.ndim != 3:
-        raise ValueError(f"k must be [nb, nkv, hd], got shape {k.shape}")
+    qg = real_array("qg", qg, ints=False, ndim=3)
+    k = real_array("k", k, ints=False, ndim=3)
     if qg.shape[-1] != 2 * k.shape[-1] or qg.shape[0] != k.shape[0]:
         raise ValueError(f"qg {qg.shape} and k {k.shape} disagree: need qg [nb, nh, 2*hd] "
                          f"with k [nb, nkv, hd]")
@@ -113,8 +126,17 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
     for name, w in (("q_weight", q_weight), ("k_weight", k_weight)):
         if np.shape(w) != (hd,):
             raise ValueError(f"{name} must have shape ({hd},), got {np.shape(w)}")
-    q, _ = split_q_gate(qg)                                                  # [nb, nh, hd]
-    q = rms_norm(q, q_weight, eps)                                           # [nb, nh, hd]
-    k = rms_norm(k, k_weight, eps)                                           # [nb, nkv, hd]
-    return (apply_rope(q, positions, rotary_dim, theta),
-            apply_rope(k, positions, rotary_dim, theta))
+    q_weight = f32_array("q_weight", q_weight, ints=False)
+    k_weight = f32_array("k_weight", k_weight, ints=False)
+    positions = _check_positions(positions, nb=k.shape[0])
+    rotary_dim, theta = _check_rotary(rotary_dim, theta)
+    if rotary_dim > hd:
+        raise ValueError(f"rotary_dim ({rotary_dim}) exceeds head_dim ({hd})")
+    eps = finite_float_arg("eps", eps, 0.0)
+    qg = f32_array("qg", qg)
+    k = f32_array("k", k)
+    if hd == 0:
+        raise ValueError(f"k must have a non-empty last axis, got shape {k.shape}")
+    q = _norm(qg[..., :hd], q_weight, eps, True, "qg")                       # [nb, nh, hd]
+    k = _norm(k, k_weight, eps, True, "k")                                   # [nb, nkv, hd]
+    return _rope(q, positions, rotary_dim, theta), _rope(k, positions, rotary_dim, theta)

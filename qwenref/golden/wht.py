@@ -14,23 +14,14 @@ per element, far below any KV quantization step).
 """
 import numpy as np
 
+from .._args import bool_arg, check_finite, real_array
+
 __all__ = ["wht"]
 
 
-def wht(x, inverse=False):
-    """x @ H_n.T / sqrt(n) over the last axis (n a power of two, else ValueError).
-
-    Self-inverse, so ``inverse`` gives the same result; it is kept for symmetry with the kernel.
-    Returns float32.
-    """
-    x = np.asarray(x)
-    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
-        raise TypeError(f"x must be a real numeric array, got dtype {x.dtype}")
-    if x.ndim < 1:
-        raise ValueError("x must have at least one axis (the transformed last axis)")
+def _wht(x):
+    """The transform on a checked real array with a power-of-two last axis."""
     n = x.shape[-1]
-    if n < 1 or n & (n - 1):
-        raise ValueError(f"x's last axis must be a power of two, got {n}")
     lead = x.shape[:-1]
     y = x.astype(np.float64).reshape(-1, n)                                  # [rows, n]
     h = 1
@@ -40,4 +31,21 @@ def wht(x, inverse=False):
         y = np.stack((a + b, a - b), axis=2)                                 # [rows, n/2h, 2, h]
         h *= 2
     y = y.reshape(lead + (n,)) * (1.0 / np.sqrt(n))
-    return y.astype(np.float32)
+    with np.errstate(over="ignore"):     # a float64 value past float32's range rounds to inf
+        return y.astype(np.float32)
+
+
+def wht(x, inverse=False):
+    """x @ H_n.T / sqrt(n) over the last axis (n a power of two, else ValueError).
+
+    Self-inverse, so ``inverse`` (a bool) gives the same result; it is kept for symmetry with
+    the kernel. x: real, every value finite. Returns float32.
+    """
+    x = real_array("x", x)
+    if x.ndim < 1:
+        raise ValueError("x must have at least one axis (the transformed last axis)")
+    n = x.shape[-1]
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"x's last axis must be a power of two, got {n}")
+    bool_arg("inverse", inverse)
+    return _wht(check_finite("x", x))
