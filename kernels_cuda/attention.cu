@@ -13,7 +13,7 @@
 // Compile-time shape: ATTN_HD (head_dim, 64|128|256) and ATTN_NREP (q heads per kv head, 1..32)
 // come in as -D options (the wrapper compiles one module per (hd, n_rep); the defaults are the
 // Qwen3.5-27B layer, so `nvcc -c attention.cu` builds the hot configuration). ATTN_TT (tokens per
-// warp tile) and ATTN_NWARP are tuning knobs (TUNING.md).
+// warp tile) and ATTN_NWARP are tuning knobs (docs/tuning-log.md).
 //
 // Launch shape. partials: grid (nb, nkv, S), block NWARP*32 = 128. The row index is the fastest
 // grid axis, so the nb CTAs that read the same K/V range of one (kv head, split) run together and
@@ -33,7 +33,7 @@
 //   turboN: 2*T*nkv*(hd/16)*(2N + 2);  bf16: 2*T*nkv*hd*2;  f32: 2*T*nkv*hd*4
 //   plus q (nh*hd*4), partials out S*nh*(hd+2)*4 (read again by the combine).
 // Instructions, q8, hd 256, n_rep 6 (SASS of the main loop, per token per kv head per row, in
-// warp instructions; TUNING.md has the full mix): 96 FFMA (48 QK + 48 PV), 16 PRMT + 16 FADD
+// warp instructions; docs/tuning-log.md has the full mix): 96 FFMA (48 QK + 48 PV), 16 PRMT + 16 FADD
 // (int8 -> float via the 2^23 magic: I2F would issue at 1/8 the FFMA rate), ~8 SHFL + ~14 FSEL
 // (butterfly), ~13 FMUL (scales; the rescale is skipped while the max holds), 5 LDG, ~80 other
 // (addresses, moves, softmax): ~250 in all, so at the 27B shape this kernel is issue-bound at ~2x the time of its bytes, and
@@ -545,7 +545,7 @@ ATTN_PARTIALS(bf16_turbo2, KBF16, KT2)
 // the m/l reduction so their latency overlaps it. The ngrp partial sums meet in shared memory.
 // History (ncu, H200, S 66, hd 256, nb 1, cold L2): one CTA per (row, head) with one thread per
 // dim walking all splits: 11.6 us; the same CTA with 256 and then 512 threads over splits:
-// 5.8 / 5.2 us (issue-bound on 24 SMs: ~720 instructions per warp); TUNING.md has this one.
+// 5.8 / 5.2 us (issue-bound on 24 SMs: ~720 instructions per warp); docs/tuning-log.md has this one.
 // Deterministic: every sum has a fixed order (each group in split order, then the groups in
 // order; L as a fixed tree). Splits of weight 0 (empty: m = -inf) add nothing, whatever their o.
 #define COMBINE_NT 256
@@ -680,10 +680,10 @@ extern "C" __global__ void __launch_bounds__(COMBINE_NT) attn_combine(
 //              folded into the A operand), B = P^T via ldmatrix.trans, once per 16 tokens for all
 //              groups. O^T accumulators stay in registers across blocks (rescaled by alpha).
 //              (Folding d_v into P instead, P'[g] = fp16(p * d_v[g]) per group, needs NG times the
-//              P buffer and its FMUL/F2FP per group: nb 4 at 128k 101.3 -> 97.3 us, TUNING.md.)
+//              P buffer and its FMUL/F2FP per group: nb 4 at 128k 101.3 -> 97.3 us, docs/tuning-log.md.)
 // End: l summed over lanes and warps; o = O * 2^-PS written straight from the accumulators.
 //
-// Measured (H200, 27B shape, TUNING.md, graph replay): T = 128k partials nb 1 72-74 us (~3.9
+// Measured (H200, 27B shape, docs/tuning-log.md, graph replay): T = 128k partials nb 1 72-74 us (~3.9
 // TB/s, the copy rate), nb 4 97 us; v1 364 / 2413 us. Check `nvcc -Xptxas -v`
 // (python -m qwenref.gpu.compile_check): 0 bytes stack frame (a register array indexed inside a
 // partly unrolled group loop went to local memory once and cost 27%).
@@ -720,7 +720,7 @@ static_assert(HD == 128 || HD == 256, "mma kernel: head_dim 128 or 256");
 // Warps per CTA (default 4) and pipeline stages. Two CTAs per SM (8 warps, two per scheduler) is
 // what keeps the tensor-core loop issuing, so every NT8 takes 2 stages: at hd 256 NT8 = 3 needs
 // 98,160 B and NT8 = 4 108,688 B, under the 115,712 B that two CTAs may each take (NT8 = 4 at one
-// CTA with 3 stages: nb 5 at 128k 146 us; at two, 122 us). TUNING.md has the measurements.
+// CTA with 3 stages: nb 5 at 128k 146 us; at two, 122 us). docs/tuning-log.md has the measurements.
 template <int NT8> struct Cfg {
   static constexpr int NW = MMA_NW > 0 ? MMA_NW : 4;
   static constexpr int NST = MMA_NSTAGE > 0 ? MMA_NSTAGE : 2;
@@ -737,7 +737,7 @@ template <int NT8> struct Cfg {
 };
 
 // All of a CTA's shared memory is this one dynamic layout. Keep it so: a 16-byte static
-// __shared__ array beside it (session 6, a ticket ring) made every mma kernel 16% slower (128k
+// __shared__ array beside it (a ticket ring) made every mma kernel 16% slower (128k
 // nb 1: 72.8 -> 84.7 us) by moving where the dynamic part starts; as a slot here it cost nothing.
 template <int NT8> struct Lay {
   static constexpr int NW = Cfg<NT8>::NW, BT = Cfg<NT8>::BT, NST = Cfg<NT8>::NST;
@@ -949,7 +949,7 @@ __device__ __forceinline__ void partials_q8_mma(
   // One pass over global memory with every load in flight: a thread holds NQ4 float4s of q
   // (column c, dims 4*d4 .. 4*d4+3), and each float4 is exactly one fragment entry sQ[p], so
   // the same thread writes it after the max. (Two strided loops here, one load per round trip,
-  // took ~10% of the nb 4 kernel's samples: ncu, TUNING.md session 4.)
+  // took ~10% of the nb 4 kernel's samples: ncu, docs/tuning-log.md.)
   const float* qg = q + (size_t)g * NREP * HD;           // row b: + b*nh*HD
   constexpr int NQ4 = NCOL * HD / 4 / NT;
   static_assert((NCOL * HD / 4) % NT == 0, "q float4 layout");

@@ -192,7 +192,7 @@ __device__ __forceinline__ void qk_norm_rope_pipe(const float* qg, const float* 
     // consecutive items share a token and cos/sin are recomputed only when the token changes:
     // ~2 sincosf per lane per run instead of one per item (an item is 2 of the 28 heads at
     // the 27B shape). sincosf's slow path (|a| > ~1e5, positions past 100k) made them the
-    // largest instruction cost here (ncu, TUNING.md).
+    // largest instruction cost here (ncu, docs/tuning-log.md).
     const int items = nb * ipt, n_warps = gridDim.x * W;
     const int per_warp = (items + n_warps - 1) / n_warps;
     int it = (blockIdx.x * W + w) * per_warp;

@@ -5,7 +5,7 @@
 Writes a random tiny checkpoint, loads it back, then runs one full-attention layer over a
 40-token prefill and a few decode steps once per KV-cache kind. Every kind sees the same
 inputs, so its output's distance from the f32 cache's is the error that cache format costs.
-CPU only, a few seconds; it uses only the public API (DESIGN.md), so it doubles as a smoke test.
+CPU only, a few seconds; it uses only the public API (README.md), so it doubles as a smoke test.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`import qwenref.gpu` works with no GPU and no CuPy; calling a GPU function there says what is
-missing instead of failing somewhere deep (DESIGN.md, public API)."""
+missing instead of failing somewhere deep (the public API, README.md)."""
 import numpy as np
 import pytest
 

@@ -38,7 +38,7 @@ def q8_ref_row(x):
 
 
 def turbo_ref_row(x, n):
-    """DESIGN.md's turbo-n rule element by element, packed through a Python integer."""
+    """The turbo-n rule (golden/kvcache.py's docstring) element by element, packed through a Python integer."""
     L = F32(((1 << n) - 1) / 2)
     out_c, out_d = [], []
     for g in range(x.shape[0] // 16):

@@ -1,4 +1,4 @@
-"""The golden decoder layer against an independent float64 re-derivation, per DESIGN.md.
+"""The golden decoder layer against an independent float64 re-derivation, per the golden modules' docstrings.
 
 The reference below is written from the formulas (natural-exp softmax, no splits, no base 2,
 float64 throughout), so it shares no code with qwenref.golden beyond the checkpoint weights.

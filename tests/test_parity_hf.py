@@ -2,7 +2,7 @@
 model; qwenref loads that checkpoint and its golden FullAttentionLayer must reproduce
 transformers' Qwen3_5DecoderLayer (float32, eager attention) over a prefill and decode steps.
 
-Parity is the norm-wise relative error ||ours - ref|| / ||ref|| (DESIGN.md), asserted <= 1e-5 on
+Parity is the norm-wise relative error ||ours - ref|| / ||ref|| (README.md), asserted <= 1e-5 on
 every chunk of rows (the prefill, each decode step) and on every single row. Both sides compute
 in float32; what differs is summation order (numpy vs torch GEMMs, softmax vs base-2 split-T)
 and RoPE angles (transformers: float32 inv_freq and angles; golden: float64), together ~1e-7

@@ -23,7 +23,7 @@ from .._args import sparse_arg as _sparse_arg
 __all__ = ["default_n_splits", "split_bounds", "attn_partials", "attn_combine",
            "decode_attention", "output_gate"]
 
-CHUNK = 32                      # split boundaries fall on multiples of 32 tokens (the seed's)
+CHUNK = 32                      # split boundaries fall on multiples of 32 tokens (cherenkov's qwen4_exp)
 MAX_DEFAULT_SPLITS = 64
 LOG2E = 1.0 / math.log(2.0)     # log2(e): base-2 scores let kernels use exp2
 
@@ -55,7 +55,7 @@ def _check_qkv(q, k, v):
 
 # ---- splits ------------------------------------------------------------------------------------
 def default_n_splits(t_len):
-    """The seed's heuristic: chunks = ceil(t_len / 32); clamp(ceil(chunks / 3), 1, 64)."""
+    """cherenkov's qwen4_exp heuristic: chunks = ceil(t_len / 32); clamp(ceil(chunks / 3), 1, 64)."""
     t_len = _int_arg("t_len", t_len, 0)
     chunks = -(-t_len // CHUNK)
     return min(max(-(-chunks // 3), 1), MAX_DEFAULT_SPLITS)

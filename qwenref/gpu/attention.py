@@ -3,7 +3,7 @@
 
 Same meaning as qwenref.golden.attention, for a whole batch of rows over a gpu.KVCache: row b
 sees t_len = base_pos + b + 1 tokens densely, or, where sel_n[b] > 0, the sel_n[b] tokens
-sel_idx[b, :sel_n[b]]. Golden works in float64; the kernels in float32 (TUNING.md and the .cu
+sel_idx[b, :sel_n[b]]. Golden works in float64; the kernels in float32 (docs/tuning-log.md and the .cu
 header say where the sums differ).
 
 Shape letters: nb rows, nh q heads, nkv kv heads, hd head_dim, S splits, W selection width.
@@ -519,7 +519,7 @@ def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None,
     plan: an AttentionPlan (plan()) to launch instead of building one: ValueError unless it is
     the plan this call would build with impl=plan.rung (its n_splits may differ from the
     automatic one; n_splits / m_out must then agree with it). options: extra NVRTC options for
-    the partials kernel (tuning sweeps, TUNING.md), e.g. ("-DATTN_TT=2", "-DMMA_NW=8").
+    the partials kernel (tuning sweeps, docs/tuning-log.md), e.g. ("-DATTN_TT=2", "-DMMA_NW=8").
     """
     _check_impl(impl)
     _check_plan_arg(plan, impl)
