@@ -18,8 +18,8 @@
 //   The weights are read from memory exactly once for all NB rows; x is re-read per CTA from
 //   L1/L2 (4·NB bytes per ROWS weight bytes: q8), which is what limits nb >= 2.
 //   Suffix m<MINB>: the same kernel under __launch_bounds__(THREADS, MINB) (registers capped so
-//   MINB CTAs fit per SM). Which configuration runs per (kind, nb, n_out): gemv.py's _pick; the
-//   measurements behind it: qwenref/tune_gemv.py (extra variants under -DGEMV_TUNE).
+//   MINB CTAs fit per SM). Which configuration runs per (kind, nb, n_out): gemv.py's pick_kernel;
+//   the measurements behind it: qwenref/dev/tune_gemv.py (extra variants under -DGEMV_TUNE).
 //   Bytes it must move: n_out·n_in (q) + n_out·n_in/16 (d) + NB·n_in·4 (x) + NB·n_out·4 (y),
 //   f32: 4·n_out·n_in + the same x/y: the weights dominate.
 //   Epilogues, picked by `mode`:
@@ -51,10 +51,6 @@
 //
 // swiglu_interleaved: act[b, i] = silu(gu[b, 2i]) · gu[b, 2i + 1] — the f32 (cuBLAS) path's
 //   counterpart of mode 1. One thread per output.
-//
-// spin_wait: a 1-thread kernel that busy-waits `ns` nanoseconds on %globaltimer. Timing helpers
-//   launch it first so the host can queue the launches to be timed while the GPU waits: the
-//   events then measure GPU time, not the host's launch rate.
 #include <cuda_fp16.h>
 
 // 16 int8 (one int4) -> 16 exact floats. For a byte b: bits 0x4B0000(b ^ 0x80) are the float
@@ -246,7 +242,7 @@ GEMV_KERNEL(f32, false, 7, 4, 128, 2)
 GEMV_KERNEL(f32, false, 8, 4, 128, 2)
 
 #ifdef GEMV_TUNE
-// Variants for qwenref/tune_gemv.py only (compiled with -DGEMV_TUNE).
+// Variants for qwenref/dev/tune_gemv.py only (compiled with -DGEMV_TUNE).
 GEMV_KERNEL(q8, true, 1, 2, 128, 2)
 GEMV_KERNEL(q8, true, 1, 2, 128, 4)
 GEMV_KERNEL(q8, true, 1, 4, 128, 1)
@@ -303,13 +299,4 @@ extern "C" __global__ void swiglu_interleaved(const float* __restrict__ gu,
     const long long b = i / n_act, j = i - b * n_act;
     const float2 p = reinterpret_cast<const float2*>(gu + b * 2 * n_act)[j];
     act[i] = silu_f(p.x) * p.y;
-}
-
-extern "C" __global__ void spin_wait(unsigned long long ns) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        __nanosleep(500);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
 }

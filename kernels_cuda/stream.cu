@@ -5,10 +5,11 @@
 // (a check that every byte was read: the XOR of out equals the XOR of the buffer's uint32 words).
 // It computes nothing else, so its time for n bytes, launched the way a kernel under test is
 // launched, is what any kernel that must read those n bytes in one launch can hope for: the
-// 1 GiB copy rate less the launch, the ramp and the tail at that size. The bench records it
-// beside the q8 decode (stage attention) and `python -m qwenref.tune_attention --floor` prints
-// it (H200, graph replay over buffers > 3x the L2: 71 MB, the q8 cache at T = 32k, reads in
-// 19.1-19.5 us, 90% of the copy rate; 285 MB, T = 128k, at the copy rate).
+// 1 GiB copy rate less the launch, the ramp and the tail at that size. qwenref/timing.py's
+// floor_us times it; the bench records it beside the q8 decode (stage attention) and
+// `python -m qwenref.dev.tune_attention --floor` prints it (H200, graph replay over buffers
+// > 3x the L2: 71 MB, the q8 cache at T = 32k, reads in 19.1-19.5 us, 90% of the copy rate;
+// 285 MB, T = 128k, at the copy rate).
 //
 // Launch: grid of 16 CTAs per SM (bytes in flight: 4 CTAs per SM reach 79% at 71 MB), block 256;
 // p 16-byte aligned, n16 = n / 16 words; out: one uint32 per CTA.

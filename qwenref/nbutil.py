@@ -1,7 +1,8 @@
 """Helpers the notebooks share: find the recorded GPU results, say where they came from, show
 kernel source by definition name, and draw the two plots every stage notebook ends with (errors
 against float64, timings against the copy ceiling). Plotting imports matplotlib lazily so
-`import qwenref` stays light."""
+`import qwenref` stays light. Live timings in the notebooks come from qwenref.timing, like the
+bench's."""
 from __future__ import annotations
 
 import functools
@@ -15,8 +16,7 @@ import numpy as np
 
 __all__ = ["results_path", "load_results", "recorded_note", "select_runs", "gpu_available",
            "show_source", "kernel_excerpt", "kernel_header", "show_excerpt", "relerr",
-           "plot_errors", "plot_bandwidth", "load_samples", "time_queued_us", "copy_ceiling_gbps",
-           "print_runs", "plot_peer"]
+           "plot_errors", "plot_bandwidth", "load_samples", "print_runs", "plot_peer"]
 
 
 def results_path(name="nvidia-h200.json"):
@@ -522,37 +522,6 @@ def _run_label(r, key):
         short = ",".join(f"{k}={v}" for k, v in shape.items() if k in ("T", "nb", "n", "rows"))
         return f"{r.get('kernel')}\n{short}" if short else str(r.get("kernel"))
     return str(r.get(key))
-
-
-def time_queued_us(fn, n=50, spin_us=4000, reps=5):
-    """GPU microseconds per call of fn(): a spin kernel holds the GPU while the host queues n
-    calls, so the host's per-call work is not timed (events around a single call would count
-    it, and it dominates for kernels of a few microseconds). spin_us must exceed the time the
-    host needs to queue the n calls. Median of reps."""
-    import cupy as cp
-    from .gpu.gemv import spin_wait
-    fn()
-    cp.cuda.Device().synchronize()
-    ts = []
-    for _ in range(reps):
-        spin_wait(int(spin_us * 1000))
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        for _ in range(n):
-            fn()
-        b.record()
-        b.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / n)
-    return float(np.median(ts))
-
-
-def copy_ceiling_gbps(nbytes=1 << 30):
-    """Device-to-device copy of nbytes, counted as 2 * nbytes moved (read + write), in GB/s."""
-    import cupy as cp
-    a = cp.ones(nbytes // 4, cp.float32)
-    b = cp.empty_like(a)
-    us = time_queued_us(lambda: cp.copyto(b, a), n=5, spin_us=1000)
-    return 2 * nbytes / us / 1e3
 
 
 def print_runs(runs, copy_gbps=None):

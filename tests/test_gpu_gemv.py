@@ -124,9 +124,9 @@ def test_gemv_q8_tall_k(cp, rng, nb, impl):
 def test_gemv_q8_wide_outputs_nb1(cp, rng):
     # nb = 1 with n_out >= gemv._WIDE_N runs the 8-rows-per-CTA, register-capped kernel; 8210
     # rows: the last CTA's rows clamp (and hold one lone gate/up pair); all three epilogues
-    from qwenref.gpu.gemv import _WIDE_N, _pick, gemv_q8_segments, gemv_q8_swiglu
+    from qwenref.gpu.gemv import _WIDE_N, pick_kernel, gemv_q8_segments, gemv_q8_swiglu
     n_out, n_in = 8210, 96
-    assert n_out >= _WIDE_N and _pick("q8", 1, n_out) != _pick("q8", 1, 5120)
+    assert n_out >= _WIDE_N and pick_kernel("q8", 1, n_out) != pick_kernel("q8", 1, 5120)
     w = _weights(rng, n_out, n_in, 0.3)
     x = rng.standard_normal((1, n_in)).astype(np.float32)
     q, d = _gpu().q8_weight(cp.asarray(w))
@@ -359,20 +359,20 @@ def test_unknown_impl_is_rejected_before_anything_runs(fn, bad):
 
 
 def test_rungs_and_their_kernels():
-    from qwenref.gpu.gemv import DEFAULT_RUNG, _pick, rung_kernel
+    from qwenref.gpu.gemv import DEFAULT_RUNG, pick_kernel, rung_kernel
     assert RUNGS == {"gemv": ("v0", "v1")} and DEFAULT_RUNG == {"gemv": "v1"}
     assert rung_kernel("gemv", "v0", kind="q8") == "gemv_q8_v0"
     assert rung_kernel("gemv", "v0", kind="f32", nb=11, n_out=7) == "gemv_f32_v0"
     for kind in ("q8", "f32"):
         for nb in range(1, 9):
             for n_out in (77, 5120, 34816):
-                want = _pick(kind, nb, n_out)[2]
+                want = pick_kernel(kind, nb, n_out)[2]
                 assert rung_kernel("gemv", None, kind=kind, nb=nb, n_out=n_out) == want
                 assert rung_kernel("gemv", "v1", kind=kind, nb=nb, n_out=n_out) == want
     # nb > 8: chunks of 8, then the rest
     assert rung_kernel("gemv", kind="q8", nb=11, n_out=77) == \
-        _pick("q8", 8, 77)[2] + "+" + _pick("q8", 3, 77)[2]
-    assert rung_kernel("gemv", kind="q8", nb=16, n_out=77) == _pick("q8", 8, 77)[2]
+        pick_kernel("q8", 8, 77)[2] + "+" + pick_kernel("q8", 3, 77)[2]
+    assert rung_kernel("gemv", kind="q8", nb=16, n_out=77) == pick_kernel("q8", 8, 77)[2]
     with pytest.raises(ValueError, match="impl"):
         rung_kernel("gemv", "bogus", kind="q8", nb=1, n_out=77)
     with pytest.raises(ValueError, match="family"):

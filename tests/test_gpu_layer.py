@@ -1,7 +1,8 @@
 """gpu.FullAttentionLayer against golden.FullAttentionLayer, step by step, on the tiny config:
 every cache kind, dense and selective (the indexer turns selective at t + 1 = (kblk+1)·R = 40),
 batches whose rows cross the first selective row and a block boundary, f32 and q8 weights; plus
-CUDA-graph capture/replay, the stage timer and the argument checks."""
+CUDA-graph capture/replay, the per-stage timing through forward's on_stage hook and the
+argument checks."""
 import warnings
 
 import numpy as np
@@ -263,16 +264,33 @@ def test_graph_capture_replays_the_eager_step(tiny_cfg, rng, selective, weight_f
     g.replay()
     g.stream.synchronize()
     assert not np.allclose(g.out.get(), y_graph)
-    assert g.time_us(batches=3, per_batch=2) > 0
+    from qwenref import timing
+    gt = timing.graph_us(g, batches=3, per_batch=2)
+    assert gt.us > 0 and gt.mode == "graph"
 
 
-def test_stage_times(tiny_cfg, rng):
+def test_on_stage_names_the_stages_in_order(tiny_cfg, rng):
+    """forward's hook: "start" before any launch, then each stage that runs, in STAGES order."""
     cp, gpu = _cp(), _gpu()
     from qwenref.gpu.layer import STAGES
     layer = gpu.FullAttentionLayer(tiny_cfg, _weights(tiny_cfg, rng), weight_format="q8")
     a, b = _twin_caches(tiny_cfg, layer, "q8", rng, (44,))
     x = cp.asarray(rng.standard_normal((2, tiny_cfg.hidden_size)).astype(np.float32))
-    y, times = layer.stage_times(x, 44, a, spin_us=200)
+    names = []
+    y = layer.forward(x, 44, a, on_stage=names.append)
+    assert names[0] == "start" and names[1:] == [s for s in STAGES if s in names]
+    assert {"input_norm", "qkv_proj", "attention", "select", "mlp_down"} <= set(names)
+    np.testing.assert_allclose(y.get(), layer.forward(x, 44, b).get(), rtol=1e-6, atol=1e-6)
+
+
+def test_stage_us(tiny_cfg, rng):
+    cp, gpu = _cp(), _gpu()
+    from qwenref import timing
+    from qwenref.gpu.layer import STAGES
+    layer = gpu.FullAttentionLayer(tiny_cfg, _weights(tiny_cfg, rng), weight_format="q8")
+    a, b = _twin_caches(tiny_cfg, layer, "q8", rng, (44,))
+    x = cp.asarray(rng.standard_normal((2, tiny_cfg.hidden_size)).astype(np.float32))
+    y, times = timing.stage_us(layer, x, 44, a, spin_us=200)
     np.testing.assert_allclose(y.get(), layer.forward(x, 44, b).get(), rtol=1e-6, atol=1e-6)
     stages = [k for k in times if k != "total"]
     assert stages == [s for s in STAGES if s in times]        # in execution order

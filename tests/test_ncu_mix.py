@@ -1,7 +1,7 @@
-"""qwenref.ncu_mix on a small hand-written export in ncu's source-page CSV shape."""
+"""qwenref.dev.ncu_mix on a small hand-written export in ncu's source-page CSV shape."""
 import pytest
 
-from qwenref import ncu_mix
+from qwenref.dev import ncu_mix
 
 CSV = '''"Kernel Name","k",
 "Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_wait","stall_math","stall_wait (Not Issued)"

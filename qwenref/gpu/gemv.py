@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 
-__all__ = ["linear", "gemv_f32", "q8_weight", "gemv_q8", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
+__all__ = ["linear", "gemv_f32", "q8_weight", "gemv_q8", "RUNGS", "DEFAULT_RUNG", "rung_kernel",
+           "pick_kernel"]
 
 RUNGS = {"gemv": ("v0", "v1")}
 DEFAULT_RUNG = {"gemv": "v1"}
@@ -29,7 +30,7 @@ _MAX_NB = 8              # gemv_{q8,f32}_nb1 .. _nb8
 # gemv.cu configuration per (weight kind, nb): (ROWS output rows per CTA, THREADS per CTA,
 # UNROLL chunks per thread in flight); the kernel gemv_<kind>_nb<nb>_r<ROWS>t<THREADS>u<UNROLL>
 # must be instantiated in gemv.cu. ROWS must be even (the SwiGLU epilogue pairs rows).
-# Picked by qwenref.tune_gemv on an H200 (27B projection shapes, nb = 1, 4, 8): nb = 1 is
+# Picked by qwenref.dev.tune_gemv on an H200 (27B projection shapes, nb = 1, 4, 8): nb = 1 is
 # bandwidth-bound (q8 r4t128u2: 64-83% of copy; f32 r4t128u4: ~100%); for nb >= 2 the q8 kernel
 # is bound by x re-reads from L1 (x bytes per weight byte grow with nb / ROWS), so more rows per
 # CTA win at nb = 4 (r8t128u1) and smaller CTAs at nb = 8 (r4t64u1).
@@ -45,7 +46,7 @@ _WIDE_N = 8192
 _WIDE = (8, 128, 1, "m8")
 
 
-def _pick(kind, nb, n_out):
+def pick_kernel(kind, nb, n_out):
     """(rows, threads, kernel name) of the gemv.cu kernel for `kind`, nb (<= 8) and n_out."""
     if kind == "q8" and nb == 1 and n_out >= _WIDE_N:
         rows, threads, unroll, suffix = _WIDE
@@ -77,7 +78,8 @@ def rung_kernel(family, impl=None, *, kind="q8", nb=1, n_out=None):
         raise ValueError(f"nb must be a positive int, got {nb!r}")
     if n_out is None:
         raise ValueError("n_out is needed for the v1 rung (its kernel depends on it)")
-    names = [_pick(kind, min(_MAX_NB, nb - b0), n_out)[2] for b0 in range(0, nb, _MAX_NB)]
+    names = [pick_kernel(kind, min(_MAX_NB, nb - b0), n_out)[2]
+             for b0 in range(0, nb, _MAX_NB)]
     return "+".join(dict.fromkeys(names))
 
 
@@ -149,8 +151,8 @@ def _launch(kind, x, w, d, y, ends=None, mode=0, resid=None):
 
     kind "q8" (w = q int8, d f16 scales) or "f32" (w float32, d None). ends: up to 4 segment
     ends (see gemv.cu); mode 0 plain (+ resid), 1 SwiGLU (interleaved gate/up rows ->
-    y [nb, n_out // 2]). The kernel per chunk of rows comes from _pick. Arguments are checked
-    by the callers.
+    y [nb, n_out // 2]). The kernel per chunk of rows comes from pick_kernel. Arguments are
+    checked by the callers.
     """
     cp = cupy()
     nb, n_in = x.shape
@@ -160,7 +162,7 @@ def _launch(kind, x, w, d, y, ends=None, mode=0, resid=None):
     dd = cp.uint64(0) if d is None else d
     for b0 in range(0, nb, _MAX_NB):
         n = min(_MAX_NB, nb - b0)
-        rows, threads, name = _pick(kind, n, n_out)
+        rows, threads, name = pick_kernel(kind, n, n_out)
         xs = x[b0:b0 + n]                               # contiguous rows, 16-byte aligned
         _k(name)(
             ((n_out + rows - 1) // rows,), (threads,), (
@@ -325,9 +327,3 @@ def interleave_rows(a, b):
     out[0::2], out[1::2] = a, b
     return out
 
-
-def spin_wait(ns):
-    """Keep the GPU busy for ns nanoseconds on the current stream (see gemv.cu): launched before
-    a timed region, it lets the host queue the region's launches so events time the GPU only."""
-    cp = cupy()
-    _k("spin_wait")((1,), (1,), (cp.uint64(int(ns)),))

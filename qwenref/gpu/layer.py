@@ -18,7 +18,8 @@ refuses cuBLAS calls during stream capture). Eager steps of more than 8 rows (pr
 sgemm per projection instead, which reads the weights once for all rows.
 
 All per-step scratch is preallocated per row count, so a step allocates nothing of its own and
-can be captured as a CUDA graph (`capture`); `stage_times` times each stage with CUDA events.
+can be captured as a CUDA graph (`capture`). forward's on_stage hook announces each stage as it
+is queued; qwenref.timing.stage_us times the stages with it (no timing lives here).
 Shape letters: nb rows, nh q heads, nkv kv heads, hd head_dim, H hidden, I intermediate,
 inh/ihd indexer heads/width.
 """
@@ -34,7 +35,7 @@ from ._runtime import check_array, cupy
 
 __all__ = ["FullAttentionLayer", "DecodeGraph", "STAGES"]
 
-# Stage names in execution order (stage_times' keys; absent stages are skipped).
+# Stage names in execution order (on_stage's names after "start"; absent stages are skipped).
 STAGES = ("input_norm", "qkv_proj", "qk_norm_rope", "indexer_q", "kv_append", "block_keys",
           "select", "attention", "o_proj", "post_norm", "mlp_gate_up", "mlp_down")
 
@@ -194,11 +195,13 @@ class FullAttentionLayer:
 
     def _step(self, x, base_pos, cache, y, s, mark=None, capturing=False, trace=None):
         """One decode step into y using scratch s (positions already in s.pos). Launches only:
-        no allocation of its own, no host synchronisation. mark(name) is called after each
-        stage (stage_times records an event there); trace, a dict, receives the selection and
-        the attention plan (host objects and device arrays: filling it reads nothing back)."""
+        no allocation of its own, no host synchronisation. mark(name) is called with "start"
+        before the first launch and after each stage's launches (forward's on_stage); trace, a
+        dict, receives the selection and the attention plan (host objects and device arrays:
+        filling it reads nothing back)."""
         op, c = _ops(), self.cfg
         mark = mark or (lambda name: None)
+        mark("start")
         nb, hd, eps = s.nb, c.head_dim, c.rms_norm_eps
         kind = self.weight_format
         cublas = self._use_cublas(nb, capturing)
@@ -283,7 +286,7 @@ class FullAttentionLayer:
         s.pos.set(np.arange(base_pos, base_pos + nb, dtype=np.int32))
         return s
 
-    def forward(self, x, base_pos, cache, out=None, trace=None):
+    def forward(self, x, base_pos, cache, out=None, trace=None, on_stage=None):
         """x cupy float32 [nb, H] at positions base_pos .. base_pos+nb-1 -> y [nb, H].
 
         Appends the rows' K/V (and indexer keys) to `cache`; row b attends to the cache as
@@ -292,6 +295,9 @@ class FullAttentionLayer:
         its own) "selection": (sel_idx, sel_n) cupy arrays of the step, or None when every row
         is dense, and "attention_plan": the gpu.attention.AttentionPlan decode_attention ran.
         Filling it adds no host synchronisation (nothing is read back from the GPU).
+        `on_stage(name)`, if given, is called on the host with "start" once the step's inputs
+        are on the GPU and before its first launch, then with each STAGES name once that
+        stage's launches are queued (qwenref.timing.stage_us records an event at each).
         """
         cp = cupy()
         nb = self._check(x, base_pos, cache)
@@ -299,35 +305,7 @@ class FullAttentionLayer:
         if out is not None:
             check_array("out", out, dtype="float32", shape=(nb, self.cfg.hidden_size))
         s = self._prepare(base_pos, nb)
-        return self._step(x, base_pos, cache, y, s, trace=trace)
-
-    def stage_times(self, x, base_pos, cache, spin_us=5000):
-        """Run one forward step (it appends to `cache` like forward) and time each stage on the
-        GPU with CUDA events. A spin kernel holds the GPU for spin_us first, so the host has
-        queued the whole step before it runs: the times are GPU times, not launch gaps.
-
-        Returns (y, {stage: microseconds}) with the keys of STAGES that ran, plus "total".
-        """
-        cp = cupy()
-        nb = self._check(x, base_pos, cache)
-        y = cp.empty((nb, self.cfg.hidden_size), cp.float32)
-        s = self._prepare(base_pos, nb)
-        events = []
-
-        def mark(name):
-            ev = cp.cuda.Event()
-            ev.record()
-            events.append((name, ev))
-
-        _ops().gemv.spin_wait(int(spin_us * 1000))
-        mark("start")
-        self._step(x, base_pos, cache, y, s, mark)
-        events[-1][1].synchronize()
-        times = {}
-        for (_, a), (name, b) in zip(events, events[1:]):
-            times[name] = cp.cuda.get_elapsed_time(a, b) * 1e3
-        times["total"] = cp.cuda.get_elapsed_time(events[0][1], events[-1][1]) * 1e3
-        return y, times
+        return self._step(x, base_pos, cache, y, s, mark=on_stage, trace=trace)
 
     def capture(self, x, base_pos, cache):
         """Capture one decode step (nb = len(x) rows at base_pos) as a CUDA graph.
@@ -370,7 +348,8 @@ class FullAttentionLayer:
 
 
 class DecodeGraph:
-    """A captured decode step: copy inputs into .x, replay(), read .out."""
+    """A captured decode step: copy inputs into .x, replay(), read .out (on .stream);
+    qwenref.timing.graph_us(graph) times replays."""
 
     def __init__(self, graph, stream, x, out, keep=()):
         self.graph, self.stream, self.x, self.out = graph, stream, x, out
@@ -379,20 +358,3 @@ class DecodeGraph:
     def replay(self):
         self.graph.launch(stream=self.stream)
         return self.out
-
-    def time_us(self, batches=20, per_batch=10, warmup=5):
-        """Median over batches of (events around per_batch back-to-back replays) / per_batch:
-        microseconds per step when the host only launches graphs."""
-        cp = cupy()
-        for _ in range(warmup):
-            self.replay()
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        ts = []
-        for _ in range(batches):
-            a.record(self.stream)
-            for _ in range(per_batch):
-                self.replay()
-            b.record(self.stream)
-            b.synchronize()
-            ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / per_batch)
-        return float(np.median(ts))

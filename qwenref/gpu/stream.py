@@ -1,7 +1,8 @@
 """The floor of one launch: kernels_cuda/stream.cu's stream_read reads a buffer once and does
 nothing else, so its time for n bytes is the best any kernel that must read n bytes in one
 launch can do at that size (the copy rate less the launch, ramp and tail). Not a stage of the
-layer: the bench and qwenref.tune_attention time it beside the decode it bounds.
+layer: qwenref.timing.floor_us times it, and the bench and qwenref.dev.tune_attention record it
+beside the decode it bounds.
 
     out = stream_read(buf)                  # one launch; uint32 [grid], one word per CTA
     xor_words(out) == xor_words(buf)        # every byte was read (host check)

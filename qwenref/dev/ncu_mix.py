@@ -1,13 +1,13 @@
 """Instruction mix and stall shares of one kernel, from Nsight Compute's source page (SASS).
 
     ncu --import prof.ncu-rep --csv --page source --print-source sass -k KERNEL > k.csv
-    python -m qwenref.ncu_mix k.csv [--per N] [--top 30]
+    python -m qwenref.dev.ncu_mix k.csv [--per N] [--top 30]
 
-TUNING.md's per-block instruction counts come from this: `--per` divides the executed counts by
-N (for a loop kernel, warps x loop trips, e.g. 1056 warps x 31.5 blocks), so the table reads as
-instructions per warp per trip. The stall shares are over all warp-state samples, so a profile
-taken with --warp-sampling-interval 0 gives the finest split. ncu may list an address twice (one
-row per source view); each address counts once.
+docs/tuning-log.md's per-block instruction counts come from this: `--per` divides the executed
+counts by N (for a loop kernel, warps x loop trips, e.g. 1056 warps x 31.5 blocks), so the
+table reads as instructions per warp per trip. The stall shares are over all warp-state
+samples, so a profile taken with --warp-sampling-interval 0 gives the finest split. ncu may
+list an address twice (one row per source view); each address counts once.
 """
 from __future__ import annotations
 

@@ -2,18 +2,20 @@
 decode (partials + combine), and torch SDPA (bf16, GQA) as the peer, against a >= 1 GiB
 device-to-device copy measured in the same run. Writes JSON to $OUT (or ./) and prints a table.
 
-    python -m qwenref.tune_attention [--T 4096,32768,131072] [--nb 1,4] [--reps 21]
-                                     [--opts -DMMA_NSTAGE=3,...] [--no-sdpa] [--floor]
+    python -m qwenref.dev.tune_attention [--T 4096,32768,131072] [--nb 1,4] [--reps 21]
+                                         [--opts -DMMA_NSTAGE=3,...] [--no-sdpa] [--floor]
 
 Shape: the Qwen3.5-27B full-attention layer (24 q heads, 4 kv heads, head_dim 256), q8 cache.
-Timing: every measured launch is one of a CUDA graph of launches rotating over enough caches to
-exceed 3x the L2 (>= 2 caches, random data, never zeros); the graph is replayed `reps` times,
-each replay timed with CUDA events; time per launch = median replay time / launches. SDPA is
-timed the same way (CUDA graph when capture works, else events around a loop of calls).
+Timing (qwenref.timing): every measured launch is one of a CUDA graph of launches rotating over
+enough caches to exceed 3x the L2 (>= 2 caches, random data, never zeros); the graph is replayed
+`reps` times, each replay timed with CUDA events; time per launch = median replay time /
+launches (graph_us; the whole decode also queued, queued_us). SDPA is timed the same way
+(torch_graph_us; queued when its capture fails).
 Bytes counted (the fewest a kernel must move): K/V int8 + fp16 scales of the T visible tokens,
 q and the final output (f32); SDPA: bf16 K/V, q and out.
---floor adds, per T and nb, one launch of kernels_cuda/stream.cu's read-only stream over the same
-number of bytes, timed the same way: what a single launch of that size can reach at best.
+--floor adds, per T and nb, one launch of kernels_cuda/stream.cu's read-only stream over the
+same number of bytes (timing.floor_us), queued and as graph replays: what a single launch of
+that size can reach at best.
 """
 from __future__ import annotations
 
@@ -24,89 +26,8 @@ import os
 
 import numpy as np
 
-
-def _median(xs):
-    return float(np.median(np.asarray(xs)))
-
-
-def copy_bandwidth(cp, nbytes=1 << 30, reps=11):
-    """Device-to-device copy of nbytes (random data): bytes read + written per second."""
-    src = cp.random.randint(0, 256, size=nbytes // 4, dtype=cp.int32).view(cp.uint8)
-    dst = cp.empty_like(src)
-    cp.copyto(dst, src)
-    ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
-    ts = []
-    for _ in range(reps):
-        ev0.record()
-        cp.copyto(dst, src)
-        ev1.record()
-        ev1.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(ev0, ev1) * 1e-3)
-    t = _median(ts)
-    del src, dst
-    return 2 * nbytes / t, t
-
-
-def time_graph(cp, calls, reps):
-    """calls: list of zero-arg functions (one launch sequence each). Capture them all in one
-    CUDA graph, replay reps times; seconds per call (median). Falls back to events around the
-    plain loop if capture fails."""
-    for f in calls:                                   # warm up (compile, attributes)
-        f()
-    cp.cuda.Device().synchronize()
-    stream = cp.cuda.Stream(non_blocking=True)
-    graph = None
-    try:
-        with stream:
-            stream.begin_capture()
-            for f in calls:
-                f()
-            graph = stream.end_capture()
-        graph.launch(stream)
-        stream.synchronize()
-        mode = "graph"
-    except Exception as e:                            # noqa: BLE001
-        try:
-            stream.end_capture()
-        except Exception:                             # noqa: BLE001
-            pass
-        graph, mode = None, f"loop ({type(e).__name__})"
-    ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
-    ts = []
-    with stream:
-        for _ in range(reps):
-            ev0.record(stream)
-            if graph is not None:
-                graph.launch(stream)
-            else:
-                for f in calls:
-                    f()
-            ev1.record(stream)
-            ev1.synchronize()
-            ts.append(cp.cuda.get_elapsed_time(ev0, ev1) * 1e-3 / len(calls))
-    return _median(ts), float(np.std(ts)), mode
-
-
-def read_floor(cp, nbytes, l2, reps):
-    """Seconds per launch of stream_read over nbytes, graph-replayed over enough random buffers
-    to exceed 3x the L2 (each checked to have read every byte)."""
-    from qwenref.gpu.stream import checked_buffers, stream_read
-    pairs = checked_buffers(nbytes, max(2, math.ceil(3 * l2 / nbytes)))
-    t, _, mode = time_graph(cp, [lambda b=b, o=o: stream_read(b, out=o) for b, o in pairs], reps)
-    return t, mode
-
-
-def make_caches(cp, gpu, cfg, T, n):
-    caches = []
-    for _ in range(n):
-        c = gpu.KVCache(cfg, max_t=T, kind="q8")
-        for st in (c.k_store, c.v_store):
-            st["q"][...] = cp.random.randint(-127, 128, size=st["q"].shape,
-                                             dtype=cp.int32).astype(cp.int8)
-            st["d"][...] = cp.random.uniform(0.004, 0.04, size=st["d"].shape).astype(cp.float16)
-        c.length = T
-        caches.append(c)
-    return caches
+from .. import timing
+from ..bench.inputs import random_q8_caches
 
 
 def main(argv=None):
@@ -123,21 +44,18 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import qwenref
-    import qwenref.gpu as gpu
-    from qwenref.bench import time_us
     import qwenref.gpu.attention as A
-    from qwenref.gpu._runtime import cupy
+    from qwenref.gpu._runtime import cupy, kernel
     cp = cupy()
     opts = tuple(o for o in args.opts.split(",") if o)     # passed to every call as options=
     out_dir = os.environ.get("OUT", ".")
-    props = cp.cuda.runtime.getDeviceProperties(0)
-    l2 = int(props.get("l2CacheSize", 50 << 20))
-    res = {"device": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
-           "sm": props["multiProcessorCount"], "l2": l2, "opts": list(opts),
-           "rows": []}
-    bw, tcopy = copy_bandwidth(cp)
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    l2 = timing.l2_bytes()
+    res = {"device": timing.device_name(), "sm": props["multiProcessorCount"], "l2": l2,
+           "opts": list(opts), "rows": []}
+    bw = timing.copy_gbps(batches=args.reps) * 1e9         # bytes read + written per second
     res["copy_Bps"] = bw
-    print(f"copy: {bw / 1e12:.3f} TB/s (1 GiB, {tcopy * 1e6:.0f} us)", flush=True)
+    print(f"copy: {bw / 1e12:.3f} TB/s (1 GiB, {2 * (1 << 30) / bw * 1e6:.0f} us)", flush=True)
 
     cfg = qwenref.AttnConfig(hidden_size=5120, num_attention_heads=24, num_key_value_heads=4,
                              head_dim=256, intermediate_size=128)
@@ -157,7 +75,7 @@ def main(argv=None):
     for T in Ts:
         kv_bytes = 2 * T * nkv * hd + 2 * T * nkv * (hd // 32) * 2
         n_c = max(2, math.ceil(3 * l2 / kv_bytes))
-        caches = make_caches(cp, gpu, cfg, T, n_c)
+        caches = random_q8_caches(cfg, T, n_c)
         for nb in nbs:
             base_pos = T - nb
             q = cp.random.standard_normal((nb, nh, hd), dtype=cp.float32) * 0.6
@@ -167,10 +85,16 @@ def main(argv=None):
             ideal = nbytes / bw
             row["copy_time_us"] = ideal * 1e6
             if args.floor:
-                t, mode = read_floor(cp, nbytes, l2, args.reps)
-                row["read_floor"] = {"us": t * 1e6, "mode": mode, "pct_copy": 100 * ideal / t}
+                fl = timing.floor_us(nbytes, math.ceil(3 * l2 / nbytes), args.reps,
+                                     graph_calls=1)
+                # graph replays like the rows below; the queued time when capture failed
+                t = (fl.graph_us if fl.graph_us is not None else fl.us) * 1e-6
+                mode = fl.graph_mode if fl.graph_us is not None else f"queued; {fl.graph_mode}"
+                row["read_floor"] = {"us": t * 1e6, "mode": mode, "pct_copy": 100 * ideal / t,
+                                     "queued_us": fl.us}
                 print(f"T={T:6d} nb={nb} {'read_floor':12s}        {t * 1e6:8.1f} us  "
-                      f"{100 * ideal / t:5.1f}% of copy  [{mode}]", flush=True)
+                      f"{100 * ideal / t:5.1f}% of copy  [{mode}]; queued {fl.us:8.1f} us",
+                      flush=True)
 
             def run(name, impl, S):
                 m = cp.empty((nb, S, nh), cp.float32)
@@ -179,7 +103,8 @@ def main(argv=None):
                 calls_p = [lambda c=c: A.attn_partials(q, c, base_pos, S, m_out=m, l_out=l,
                                                        o_out=o, impl=impl, options=opts)
                            for c in caches]
-                t, sd, mode = time_graph(cp, calls_p, args.reps)
+                g = timing.graph_us(calls_p, args.reps)
+                t, sd, mode = g.us * 1e-6, g.sd_us * 1e-6, g.mode
                 row[name] = {"us": t * 1e6, "sd_us": sd * 1e6, "S": S, "mode": mode,
                              "pct_copy": 100 * ideal / t}
                 print(f"T={T:6d} nb={nb} {name:12s} S={S:4d} {t * 1e6:8.1f} us  "
@@ -194,7 +119,8 @@ def main(argv=None):
             Sa = pm.n_splits
             row["mma_kernel"] = pm.kernel
             row["mma_threads"] = pm.threads
-            row["mma_regs"] = int(getattr(A._plan_kernel(pm), "num_regs", -1))
+            row["mma_regs"] = int(getattr(kernel("attention", pm.kernel, pm.options),
+                                          "num_regs", -1))
             row["mma_smem"] = pm.smem
             chunks = -(-T // 32)
             for sp in args.splits.split(","):
@@ -212,8 +138,9 @@ def main(argv=None):
             # (graph replay, and queued launches: the bench's method)
             calls = [lambda c=c: A.decode_attention(q, c, base_pos, out=out, partials=(m, l, o),
                                                     plan=pm) for c in caches]
-            t, sd, mode = time_graph(cp, calls, args.reps)
-            tq = time_us(cp, lambda i: calls[i](), n_rot=len(calls))[0] * 1e-6
+            g = timing.graph_us(calls, args.reps)
+            t, mode = g.us * 1e-6, g.mode
+            tq = timing.queued_us(lambda i: calls[i](), n_rot=len(calls)).us * 1e-6
             row["decode_mma"] = {"us": t * 1e6, "S": Sa, "mode": mode, "pct_copy": 100 * ideal / t,
                                  "queued_us": tq * 1e6}
             print(f"T={T:6d} nb={nb} {'decode_mma':12s} S={Sa:4d} {t * 1e6:8.1f} us  "
@@ -236,42 +163,23 @@ def main(argv=None):
                           for _ in range(ntc)]
                     qt = torch.randn(1, nh, nb, hd, device="cuda", dtype=torch.bfloat16)
                     best = None
+
+                    def sdpa(i):
+                        return F.scaled_dot_product_attention(qt, Ks[i % ntc], Vs[i % ntc],
+                                                              enable_gqa=True)
                     for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
                         try:
                             with sdpa_kernel([be]):
-                                for i in range(ntc):
-                                    F.scaled_dot_product_attention(qt, Ks[i], Vs[i], enable_gqa=True)
-                                torch.cuda.synchronize()
-                                g = None
                                 try:
-                                    g = torch.cuda.CUDAGraph()
-                                    with torch.cuda.graph(g):
-                                        for i in range(ntc):
-                                            F.scaled_dot_product_attention(qt, Ks[i], Vs[i],
-                                                                           enable_gqa=True)
-                                    g.replay()
-                                    torch.cuda.synchronize()
+                                    us = timing.torch_graph_us(sdpa, ntc, args.reps)
                                     mode = "graph"
                                 except Exception as e:                  # noqa: BLE001
-                                    g, mode = None, f"loop ({type(e).__name__})"
-                                ts = []
-                                for _ in range(args.reps):
-                                    e0 = torch.cuda.Event(enable_timing=True)
-                                    e1 = torch.cuda.Event(enable_timing=True)
-                                    e0.record()
-                                    if g is not None:
-                                        g.replay()
-                                    else:
-                                        for i in range(ntc):
-                                            F.scaled_dot_product_attention(qt, Ks[i], Vs[i],
-                                                                           enable_gqa=True)
-                                    e1.record()
-                                    e1.synchronize()
-                                    ts.append(e0.elapsed_time(e1) * 1e-3 / ntc)
-                                t = _median(ts)
+                                    us = timing.queued_us(sdpa, ntc, args.reps).us
+                                    mode = f"queued ({type(e).__name__})"
+                                t = us * 1e-6
                                 name = str(be).split(".")[-1]
-                                row[f"sdpa_{name}"] = {"us": t * 1e6, "mode": mode}
-                                print(f"T={T:6d} nb={nb} sdpa {name:16s} {t * 1e6:8.1f} us  "
+                                row[f"sdpa_{name}"] = {"us": us, "mode": mode}
+                                print(f"T={T:6d} nb={nb} sdpa {name:16s} {us:8.1f} us  "
                                       f"{sd_bytes / t / 1e12:.2f} TB/s [{mode}]", flush=True)
                                 if best is None or t < best:
                                     best = t

@@ -1,41 +1,35 @@
 """Tune gemv.cu's launch configurations on the 27B layer's projection shapes (GPU only).
 
-    python -m qwenref.tune_gemv [--old path/to/old_gemv.cu] [--nbs 1,4,8] [--f32]
+    python -m qwenref.dev.tune_gemv [--old path/to/old_gemv.cu] [--nbs 1,4,8] [--f32]
 
 Compiles gemv.cu with -DGEMV_TUNE (the extra variants), checks every variant against a float64
 reference (norm-wise rel. error < 1e-5, poisoned output), and times it like qwenref.bench
-(CUDA events, spin-queued batches, median, weights rotated past 2 x L2). Prints one line per
-(shape, nb, variant): microseconds, GB/s (bytes the kernel must move, bench.bytes_gemv_q8), % of
-the 1 GiB device-copy ceiling measured in the same run. --old times a previous gemv.cu's
-gemv_q8_nb<nb> kernels (the old launch: 128 threads, 16 rows per CTA) for a before/after line.
+(timing.queued_us: CUDA events, spin-queued batches, median, weights rotated past 2 x L2).
+Prints one line per (shape, nb, variant): microseconds, GB/s (bytes the kernel must move,
+bench.counting.bytes_gemv_q8), % of the 1 GiB device-copy ceiling measured in the same run.
+--old times a previous gemv.cu's gemv_q8_nb<nb> kernels (the old launch: 128 threads, 16 rows
+per CTA) for a before/after line.
 --f32 also times the f32 GEMV variants against cuBLAS sgemm (gpu.linear).
 """
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import time
 
+from .. import timing
+from ..bench.cases_gemv import PROJS
+from ..bench.counting import bytes_gemv_q8, bytes_linear
+from ..gpu import gemv as G
+from ..gpu._runtime import _include_opts, cupy, kernel_source, module
 
-from . import bench
-from .gpu import gemv as G
-from .gpu._runtime import cupy, kernel_source, module
-
-SHAPES = [(name, n_out, n_in) for name, n_out, n_in in bench._PROJS]
+SHAPES = list(PROJS)
+BATCHES = 15                # fewer than the bench's 25: a sweep times many variants
 
 
-class _Ctx:
-    def __init__(self, cp):
-        self.cp = cp
-        props = cp.cuda.runtime.getDeviceProperties(0)
-        self.l2 = int(props.get("l2CacheSize", 50 << 20))
-
-    def time(self, fn, n_rot=1, max_inner=64, target_us=300.0, batches=15, warmup=3):
-        return bench.time_us(self.cp, fn, n_rot, batches, warmup, target_us, max_inner)
-
-    def n_rot(self, ws):
-        return 1 if ws >= 2 * self.l2 else min(64, math.ceil(2 * self.l2 / max(ws, 1)))
+def _time(fn, n_rot=1):
+    """Queued microseconds per call of fn(i) (timing.queued_us, BATCHES batches)."""
+    return timing.queued_us(fn, n_rot, BATCHES).us
 
 
 def _variants(kind, nb):
@@ -53,16 +47,16 @@ def main(argv=None):
     ap.add_argument("--old", default=None)
     ap.add_argument("--nbs", default="1,4,8")
     ap.add_argument("--f32", action="store_true")
-    ap.add_argument("--shapes", default=None, help="comma-separated indices into bench._PROJS")
+    ap.add_argument("--shapes", default=None,
+                    help="comma-separated indices into bench.cases_gemv.PROJS")
     args = ap.parse_args(argv)
     cp = cupy()
-    ctx = _Ctx(cp)
-    copy = bench.measure_copy_gbps(ctx)
-    print(f"copy ceiling {copy:.0f} GB/s, L2 {ctx.l2 >> 20} MiB", flush=True)
+    l2 = timing.l2_bytes()
+    copy = timing.copy_gbps(batches=BATCHES)
+    print(f"copy ceiling {copy:.0f} GB/s, L2 {l2 >> 20} MiB", flush=True)
     tmod = module("gemv", ("-DGEMV_TUNE",))
     old = None
     if args.old:
-        from .gpu._runtime import _include_opts
         old = cp.RawModule(code=open(args.old).read(),
                            options=("--std=c++17", "-default-device", *_include_opts()))
     nbs = [int(v) for v in args.nbs.split(",")]
@@ -79,14 +73,14 @@ def main(argv=None):
         q = cp.random.randint(-127, 128, (n_out, n_in), dtype=cp.int32).astype(cp.int8)
         d = cp.random.random((n_out, n_in // 32), dtype=cp.float32) * 0.02 + 1e-3
         d = d.astype(cp.float16)
-        ws = bench.bytes_gemv_q8(1, n_in, n_out)
-        nr = ctx.n_rot(ws)
+        ws = bytes_gemv_q8(1, n_in, n_out)
+        nr = timing.rotations(ws, l2)
         qs = [(q, d)] + [(q.copy(), d.copy()) for _ in range(nr - 1)]
         wdq = q.astype(cp.float64) * cp.repeat(d.astype(cp.float64), 32, axis=1)
         for nb in nbs:
             x = cp.random.standard_normal((nb, n_in), dtype=cp.float32)
             ref = x.astype(cp.float64) @ wdq.T
-            nbytes = bench.bytes_gemv_q8(nb, n_in, n_out)
+            nbytes = bytes_gemv_q8(nb, n_in, n_out)
             y = cp.empty((nb, n_out), cp.float32)
 
             def err():
@@ -100,7 +94,7 @@ def main(argv=None):
                         *(cp.int32(n_out),) * 4, cp.int32(0), cp.int32(nb), cp.int32(0)))
                 y.fill(cp.nan)
                 run_old(0)
-                line(name, nb, "old r16 (4 warps x 4)", ctx.time(run_old, nr)[0], nbytes, err())
+                line(name, nb, "old r16 (4 warps x 4)", _time(run_old, nr), nbytes, err())
             for r, t, u, suffix in _variants("q8", nb):
                 fn = tmod.get_function(f"gemv_q8_nb{nb}_{suffix}")
 
@@ -110,22 +104,22 @@ def main(argv=None):
                         *(cp.int32(n_out),) * 4, cp.int32(0), cp.int32(nb), cp.int32(0)))
                 y.fill(cp.nan)
                 run(0)
-                prod = G._pick("q8", nb, n_out)[2] == f"gemv_q8_nb{nb}_{suffix}"
+                prod = G.pick_kernel("q8", nb, n_out)[2] == f"gemv_q8_nb{nb}_{suffix}"
                 tag = suffix + (" *" if prod else "")
-                line(name, nb, tag, ctx.time(run, nr)[0], nbytes, err())
+                line(name, nb, tag, _time(run, nr), nbytes, err())
         qs = q = d = wdq = None                               # free before the next shape
         cp.get_default_memory_pool().free_all_blocks()
 
     if args.f32:
         for name, n_out, n_in in shapes:
             w = cp.random.standard_normal((n_out, n_in), dtype=cp.float32)
-            ws = bench.bytes_linear(1, n_in, n_out, 4)
-            nr = ctx.n_rot(ws)
+            ws = bytes_linear(1, n_in, n_out, 4)
+            nr = timing.rotations(ws, l2)
             wl = [w] + [w.copy() for _ in range(nr - 1)]
             for nb in nbs:
                 x = cp.random.standard_normal((nb, n_in), dtype=cp.float32)
                 ref = x.astype(cp.float64) @ w.astype(cp.float64).T
-                nbytes = bench.bytes_linear(nb, n_in, n_out, 4)
+                nbytes = bytes_linear(nb, n_in, n_out, 4)
                 y = cp.empty((nb, n_out), cp.float32)
 
                 def err():
@@ -133,7 +127,7 @@ def main(argv=None):
                 y.fill(cp.nan)
                 G.linear(x, w, out=y)
                 line(name, nb, "f32 cuBLAS (linear)",
-                     ctx.time(lambda i: G.linear(x, wl[i], out=y), nr)[0], nbytes, err())
+                     _time(lambda i: G.linear(x, wl[i], out=y), nr), nbytes, err())
                 for r, t, u, suffix in _variants("f32", nb):
                     fn = tmod.get_function(f"gemv_f32_nb{nb}_{suffix}")
 
@@ -144,9 +138,9 @@ def main(argv=None):
                             cp.int32(0)))
                     y.fill(cp.nan)
                     run(0)
-                    prod = G._pick("f32", nb, n_out)[2] == f"gemv_f32_nb{nb}_{suffix}"
+                    prod = G.pick_kernel("f32", nb, n_out)[2] == f"gemv_f32_nb{nb}_{suffix}"
                     tag = "f32 " + suffix + (" *" if prod else "")
-                    line(name, nb, tag, ctx.time(run, nr)[0], nbytes, err())
+                    line(name, nb, tag, _time(run, nr), nbytes, err())
             wl = w = None
             cp.get_default_memory_pool().free_all_blocks()
 

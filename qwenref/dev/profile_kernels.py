@@ -1,12 +1,13 @@
-"""Launch each kernel that misses an issue-5 target once, between cudaProfilerStart/Stop, so
-Nsight Compute profiles exactly those launches (warm-up and compilation happen outside):
+"""Launch each kernel that misses its performance target once, between
+cudaProfilerStart/Stop, so Nsight Compute profiles exactly those launches (warm-up and
+compilation happen outside):
 
     ncu --clock-control none --profile-from-start off --set full -o prof \\
-        python3 -m qwenref.profile_kernels [--only attention,qsa,rope,append]
+        python3 -m qwenref.dev.profile_kernels [--only attention,qsa,rope,append]
 
 Shapes are the bench's (Qwen3.5-27B attention: 24 q heads, 4 kv heads, head_dim 256; q8 cache;
-indexer R 64, budget 2048, 8 heads x 128). Inputs are random (never zeros). TUNING.md reads the
-profiles.
+indexer R 64, budget 2048, 8 heads x 128). Inputs are random (never zeros).
+docs/tuning-log.md reads the profiles.
 """
 from __future__ import annotations
 
@@ -14,28 +15,25 @@ import argparse
 
 import numpy as np
 
-from .bench import _randn as _bench_randn
-from .tune_attention import make_caches
+from ..bench.inputs import dense_cfg, qwen_cfg, random_q8_caches, randn
 
 PARTS = ("attention", "qsa", "rope", "append")
 
 
 def _randn(cp, shape, scale=1.0):
-    return _bench_randn(cp, shape, scale, outliers=False)
+    """Normal values without outliers (the profiles are of typical data)."""
+    return randn(cp, shape, scale, outliers=False)
 
 
 def _launches(cp, parts):
     """[(label, fn)]: every fn launched once for warm-up, then once under the profiler."""
-    from . import gpu
-    from .config import AttnConfig
-    cfg = AttnConfig.qwen35_27b()
-    dense = cfg.replace(indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0,
-                        indexer_budget=0)
+    from .. import gpu
+    cfg, dense = qwen_cfg(), dense_cfg()
     nh, nkv, hd = cfg.nh, cfg.nkv, cfg.head_dim
     todo = []
     if "attention" in parts:
         for T, nb in ((32768, 1), (131072, 1), (131072, 4)):
-            cache = make_caches(cp, gpu, dense, T, 1)[0]      # random codes and scales
+            cache = random_q8_caches(dense, T, 1)[0]          # random codes and scales
             q = _randn(cp, (nb, nh, hd), 0.6)
             todo.append((f"decode q8 T={T} nb={nb}",
                          lambda q=q, c=cache, T=T, nb=nb: gpu.decode_attention(q, c, T - nb)))
@@ -82,7 +80,7 @@ def main(argv=None):
     bad = [p for p in parts if p not in PARTS]
     if bad:
         ap.error(f"--only: unknown part(s) {bad}; choose from {PARTS}")
-    from .gpu._runtime import cupy
+    from ..gpu._runtime import cupy
     cp = cupy()
     todo = _launches(cp, parts)
     for _, fn in todo:                        # compile + warm up outside the profiled range

@@ -1,0 +1,38 @@
+"""python -m qwenref.bench [--quick] [--only STAGE[,STAGE...]] [--out DIR] [--dry]
+
+Validate every GPU kernel against the golden model on the same inputs, then time it, and record
+the numbers (DESIGN.md, "GPU side"):
+
+  results/<device>.json  {device, date, commit, cupy, cuda, torch, copy_gbps, runs: [...]}
+  results/<device>.npz   per run, up to 4096 (golden, gpu) sample pairs: "<i>_golden", "<i>_gpu"
+
+Each run: stage, kernel, shape, median_us, bytes, gbps, pct_of_copy, rel_err (+ tol, ok,
+iqr_us), and peer, peer_median_us, speedup where a peer exists (torch SDPA bf16 GQA for
+attention, torch rms_norm for norm, cuBLAS bf16 through torch for the Q8 GEMV).
+
+Method (/work/.library/device/METHOD.md): random inputs, never zeros; rel_err = ‖gpu − golden‖ /
+‖golden‖ in float64; timing with CUDA events, warm-up first, the median of many batches; before
+each batch a spin kernel holds the GPU while the host queues the batch, so the events time the
+GPU, not the Python launch rate; inputs rotate among copies when one set would fit in L2, so a
+streaming kernel streams from memory; the decode step is also timed as CUDA-graph replays,
+and beside the q8 decode runs its floor: stream.cu's stream_read, one launch that reads the same
+bytes and nothing else (the best a single launch of that size can do). Every time is
+measured by qwenref.timing.
+`bytes` is what the kernel must move: each input read once, each output written once, counted
+from the shapes (counting.py). copy_gbps = 2 × bytes / time of a device-to-device copy of 1 GiB
+in the same run; pct_of_copy = 100 · gbps / copy_gbps.
+
+The device machine has no .git: pass the commit the code was run at in QWENREF_COMMIT; without
+it the bench refuses to record (exit 2; --dry prints the table and writes nothing). A stage
+that fails is printed as an error row and the bench goes on; the exit status is 1 if any run
+failed or missed its tolerance.
+
+The package, by job: counting (bytes), records (runs, the results file, the table), tolerances,
+inputs, context (what the cases share), cases_* (one module per stage), ladder (every rung of
+every kernel family), cli (the run list and the command line).
+"""
+from __future__ import annotations
+
+from .cli import STAGES, main
+
+__all__ = ["STAGES", "main"]

@@ -1,0 +1,6 @@
+"""python -m qwenref.bench: see the package docstring."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,144 @@
+"""Bench cases of decode attention: the dense split-T decode per cache kind at several lengths,
+against torch SDPA (bf16, GQA; its faster backend), queued and as CUDA-graph replays, beside the
+read floor of one launch at the same bytes; and the golden reference the attention cases share
+(the golden layer's per-row attention on a cache as stored)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import timing
+from .counting import bytes_attention, kv_bytes_per_token
+from .inputs import dense_cfg, fill_caches, host, randn
+from .records import make_run, rel_err
+from .tolerances import attention_tol
+
+__all__ = ["golden_attention_rows", "sdpa_peer", "case_attention", "attention_graph_run",
+           "floor_runs"]
+
+
+def golden_attention_rows(gc, q, base_pos, gate=None, sel=None, sparse_v=0.0):
+    """The golden layer's per-row attention on a golden cache as stored: q [nb, nh, hd]; sel[b]
+    the row's token indices (None: dense). Returns [nb, nh, hd] float32."""
+    from .. import golden
+    nb = q.shape[0]
+    T = base_pos + nb
+    K, V = gc.keys(T), gc.values(T)
+    qa = golden.wht(q) if gc.k_rotated else q
+    out = np.empty(q.shape, np.float32)
+    for b in range(nb):
+        t = base_pos + b + 1
+        idx = None if sel is None else sel[b]
+        kk, vv = (K[:, :t], V[:, :t]) if idx is None else (K[:, idx], V[:, idx])
+        o = golden.decode_attention(qa[b], kk, vv, None, sparse_v)
+        if gc.v_rotated:
+            o = golden.wht(o, inverse=True)
+        out[b] = o if gate is None else golden.output_gate(o, gate[b])
+    return out
+
+
+def sdpa_peer(ctx, nb, nh, nkv, hd, T, cache_key, graph_calls=0):
+    """torch SDPA bf16 GQA decode [1, nh, nb, hd] x [1, nkv, T, hd]: (name, us) of the faster of
+    the flash and cuDNN backends, or None. Queued like our kernels (ctx.time), or, with
+    graph_calls > 0, as replays of a torch.cuda.CUDAGraph of that many decodes (for a peer of
+    our graph-replay runs). Rotates over K/V copies when they fit the L2. Memoised per shape."""
+    memo = ctx.memo.setdefault("sdpa", {})
+    if (cache_key, graph_calls) in memo:
+        return memo[(cache_key, graph_calls)]
+    t = ctx.torch
+    if t is None:
+        return None
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    F = t.nn.functional
+    nr = ctx.n_rot(2 * nkv * T * hd * 2)
+    q = t.randn(1, nh, nb, hd, device="cuda", dtype=t.bfloat16)
+    kv = [(t.randn(1, nkv, T, hd, device="cuda", dtype=t.bfloat16),
+           t.randn(1, nkv, T, hd, device="cuda", dtype=t.bfloat16)) for _ in range(nr)]
+
+    def fn(i):
+        return F.scaled_dot_product_attention(q, kv[i % nr][0], kv[i % nr][1], enable_gqa=True)
+    best = None
+    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel([be]):
+                fn(0)
+                t.cuda.synchronize()
+                us = timing.torch_graph_us(fn, graph_calls, ctx.batches) if graph_calls \
+                    else ctx.time(fn, nr)[0]
+        except Exception as e:
+            print(f"  (SDPA {name} backend unavailable: {type(e).__name__}: {str(e)[:100]})")
+            continue
+        if best is None or us < best[1]:
+            best = (f"torch SDPA bf16 GQA ({name}{', graph replay' if graph_calls else ''})", us)
+    memo[(cache_key, graph_calls)] = best
+    return best
+
+
+def case_attention(ctx, T, nb, kind, peer=True):
+    """Dense split-T decode on a cache of T tokens: rows at T-nb .. T-1 (the last row sees T)."""
+    from .. import gpu
+    cp = ctx.cp
+    c = dense_cfg()
+    per_cache = T * kv_bytes_per_token(kind, c.nkv, c.head_dim)
+    nr = ctx.n_rot(per_cache)
+    caches = [gpu.KVCache(c, max_t=T, kind=kind) for _ in range(nr)]
+    fill_caches(caches, T)
+    base = T - nb
+    q = randn(cp, (nb, c.nh, c.head_dim), 2.0)                 # x2: peaked softmax
+    out = cp.full((nb, c.nh, c.head_dim), cp.nan, cp.float32)
+    gpu.decode_attention(q, caches[0], base, out=out)
+    ref = golden_attention_rows(caches[0].to_golden(), host(q), base)
+    err = rel_err(host(out), ref)
+    med, iqr = ctx.time(lambda i: gpu.decode_attention(q, caches[i], base, out=out), nr)
+    nbytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, kind, base)
+    pk = {}
+    if peer:
+        p = sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, T, ("dense", T, nb))
+        if p:
+            pk = {"peer": p[0], "peer_us": p[1]}
+    shape = {"T": T, "nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind}
+    tol = attention_tol(caches[0], nb)
+    ctx.add(make_run("attention", f"decode_attention {kind}", shape, med, nbytes, ctx.copy_gbps,
+                     err, tol, iqr_us=iqr, **pk), ref, host(out))
+    if kind == "q8":
+        attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol)
+        if nb == 1:
+            del caches                          # the floor's buffers take their place
+            floor_runs(ctx, T, nb, nbytes)
+
+
+def attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol, calls_per_graph=8):
+    """The same decode as CUDA-graph replays (what a captured decode step runs): a graph of
+    calls_per_graph decodes rotating over the caches, replayed; time per decode = median replay
+    / calls. The gap between the partials and the combine is then a graph's, not the host's
+    queue's. The output after the replays is checked against golden (every cache holds the
+    same tokens)."""
+    from .. import gpu
+    cp = ctx.cp
+    m, l, o = gpu.attn_partials(q, caches[0], base)               # buffers at the auto split count
+    out = cp.full(q.shape, cp.nan, cp.float32)
+    n = max(calls_per_graph, len(caches))
+    calls = [lambda c=caches[i % len(caches)]: gpu.decode_attention(q, c, base, out=out,
+                                                                    partials=(m, l, o))
+             for i in range(n)]
+    g = timing.graph_us(calls, ctx.batches)
+    if g.mode != "graph":
+        print(f"  (decode graph capture failed: {g.mode}; no graph run recorded)")
+        return
+    ctx.add(make_run("attention", f"decode_attention q8 (graph replay, {n} per graph)", shape,
+                     g.us, nbytes, ctx.copy_gbps, rel_err(host(out), ref), tol))
+
+
+def floor_runs(ctx, T, nb, nbytes, calls_per_graph=8):
+    """The floor of one launch at the decode's size: stream.cu's stream_read over nbytes (it
+    reads them and nothing else), queued and as graph replays like the decode, over rotated
+    buffers (timing.floor_us). A launch that missed a byte raises (an error row); err is 0."""
+    nr = max(2, ctx.n_rot(nbytes))
+    fl = timing.floor_us(nbytes, nr, ctx.batches, graph_calls=calls_per_graph)
+    shape = {"T": T, "nb": nb, "bytes": nbytes}
+    name = "stream_read floor (one launch reading the decode's bytes)"
+    ctx.add(make_run("attention", name, shape, fl.us, nbytes, ctx.copy_gbps, 0.0, 0.0,
+                     iqr_us=fl.iqr_us))
+    if fl.graph_us is not None:
+        n = max(calls_per_graph, nr)
+        ctx.add(make_run("attention", f"{name} (graph replay, {n} per graph)", shape,
+                         fl.graph_us, nbytes, ctx.copy_gbps, 0.0, 0.0))

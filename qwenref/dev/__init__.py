@@ -1,0 +1,13 @@
+"""qwenref.dev — tools for working on the kernels on a GPU machine, not part of the library's
+API (nothing imports them): tuning sweeps and before/after timings, one-launch-per-kernel runs
+for Nsight Compute, and reading its exports. Each is a script:
+
+    python -m qwenref.dev.tune_attention     decode attention: rungs, split counts, NVRTC
+                                             options, the read floor and torch SDPA, as graph
+                                             replays
+    python -m qwenref.dev.tune_gemv          gemv.cu's launch configurations per projection
+    python -m qwenref.dev.profile_kernels    one launch per kernel between profiler start/stop
+    python -m qwenref.dev.ncu_mix k.csv      instruction mix and stalls of one kernel's SASS
+
+They time through qwenref.timing and build inputs with qwenref.bench.inputs, like the bench.
+"""
