@@ -26,10 +26,11 @@ import numpy as np
 
 from .._args import check_finite, f32_array, int_arg
 from ..config import AttnConfig
-from .wht import _wht
+from .wht import wht_core
 
-__all__ = ["CACHE_KINDS", "q8_quantize", "q8_dequantize", "turbo_quantize", "turbo_dequantize",
-           "turbo_pack", "turbo_unpack", "bf16_round", "bf16_bits", "bf16_from_bits", "KVCache"]
+__all__ = ["CACHE_KINDS", "q8_quantize", "q8_quantize_core", "q8_dequantize", "turbo_quantize",
+           "turbo_quantize_core", "turbo_dequantize", "turbo_pack", "turbo_unpack", "bf16_round",
+           "bf16_bits", "bf16_from_bits", "KVCache"]
 
 CACHE_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2",
                "bf16k-turbo4v", "bf16k-turbo3v", "bf16k-turbo2v")
@@ -91,7 +92,7 @@ def q8_quantize(x):
     """
     x = _float32_array("x", x)
     _groups("x", x, Q8_GROUP)
-    q, d = _q8_quantize(x)
+    q, d = q8_quantize_core(x)
     _check_scales("x", d, _Q8_LIMIT)
     return q, d
 
@@ -100,8 +101,9 @@ def q8_quantize(x):
 _Q8_LIMIT = 65520.0 * 127
 
 
-def _q8_quantize(x):
-    """q8_quantize on a checked finite float32 x; d may hold inf (callers check it)."""
+def q8_quantize_core(x):
+    """q8_quantize's formula on a checked finite float32 x; d may hold inf (a group at or past
+    the format's limit): the caller checks it with _check_scales, naming its own argument."""
     xg = _groups("x", x, Q8_GROUP)                                           # [..., g, 32]
     amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))                # [..., g]
     d32 = amax / np.float32(127)                                             # [..., g] f32
@@ -166,7 +168,7 @@ def turbo_quantize(x, bits):
     bits = _check_bits(bits)
     x = _float32_array("x", x)
     _groups("x", x, TURBO_GROUP)
-    codes, d = _turbo_quantize(x, bits)
+    codes, d = turbo_quantize_core(x, bits)
     _check_scales("x", d, _turbo_limit(bits))
     return codes, d
 
@@ -176,8 +178,9 @@ def _turbo_limit(bits):
     return 65520.0 * ((1 << bits) - 1) / 2
 
 
-def _turbo_quantize(x, bits):
-    """turbo_quantize on a checked finite float32 x; d may hold inf (callers check it)."""
+def turbo_quantize_core(x, bits):
+    """turbo_quantize's formula on a checked finite float32 x and bits; d may hold inf (a group
+    at or past _turbo_limit(bits)): the caller checks it with _check_scales."""
     xg = _groups("x", x, TURBO_GROUP)                                        # [..., g, 16]
     amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))                # [..., g]
     d32 = amax / np.float32(((1 << bits) - 1) / 2)                           # [..., g] f32
@@ -281,11 +284,11 @@ def _side_encode(side, x, name):
         _check_bf16_finite(name, b, _BF16_RANGE)
         return {"data": b}
     if side == "q8":
-        q, d = _q8_quantize(x)
+        q, d = q8_quantize_core(x)
         _check_scales(name, d, _Q8_LIMIT)
         return {"q": q, "d": d}
     bits = _turbo_bits(side)
-    codes, d = _turbo_quantize(_wht(x), bits)
+    codes, d = turbo_quantize_core(wht_core(x), bits)
     _check_scales(name, d, _turbo_limit(bits))
     return {"codes": codes, "d": d}
 

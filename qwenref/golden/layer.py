@@ -22,7 +22,7 @@ from ..checkpoint import expected_shapes
 from ..config import AttnConfig
 from .attention import decode_attention, output_gate
 from .indexer import indexer_project, indexer_queries, row_selection, update_block_keys
-from .kvcache import _Q8_LIMIT, KVCache, _check_scales, _q8_quantize, q8_dequantize
+from .kvcache import _Q8_LIMIT, KVCache, _check_scales, q8_dequantize, q8_quantize_core
 from .norm import add_rms_norm, rms_norm
 from .rope import qk_norm_rope
 from .wht import wht
@@ -145,7 +145,7 @@ def quantize_weight_q8(w):
     if w.ndim < 1 or w.shape[-1] % 32:
         raise ValueError(f"w's last axis (the input dim) must be a multiple of 32, got shape "
                          f"{w.shape}")
-    q, d = _q8_quantize(w)
+    q, d = q8_quantize_core(w)
     _check_scales("w", d, _Q8_LIMIT)
     return q8_dequantize(q, d), q, d
 
