@@ -17,12 +17,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._args import check_finite, f32_array, mark_checked, sparse_arg, weight_array
+from .._args import (check_finite, check_scales, f32_array, mark_checked, sparse_arg,
+                     weight_array)
 from ..checkpoint import expected_shapes
 from ..config import AttnConfig
+from ..layout import Q8_LIMIT
 from .attention import decode_attention, output_gate
 from .indexer import indexer_project, indexer_queries, row_selection, update_block_keys
-from .kvcache import _Q8_LIMIT, KVCache, _check_scales, q8_dequantize, q8_quantize_core
+from .kvcache import KVCache, q8_dequantize, q8_quantize_core
 from .norm import add_rms_norm, rms_norm
 from .rope import qk_norm_rope
 from .wht import wht
@@ -83,8 +85,8 @@ def _check_weights(c, w, weight_format):
                                  f"32, so it cannot be Q8_0-quantized")
             amax = np.abs(a.reshape(a.shape[0], -1, 32)).max(axis=-1)
             with np.errstate(over="ignore"):
-                _check_scales(f"w[{name!r}]", (amax / np.float32(127)).astype(np.float16),
-                              _Q8_LIMIT)
+                check_scales(f"w[{name!r}]", (amax / np.float32(127)).astype(np.float16),
+                             Q8_LIMIT)
     if not has_mlp:
         warnings.warn("FullAttentionLayer: no dense MLP weights (MoE checkpoint?): running "
                       "attention only, y = x + attention(x)", stacklevel=3)
@@ -146,7 +148,7 @@ def quantize_weight_q8(w):
         raise ValueError(f"w's last axis (the input dim) must be a multiple of 32, got shape "
                          f"{w.shape}")
     q, d = q8_quantize_core(w)
-    _check_scales("w", d, _Q8_LIMIT)
+    check_scales("w", d, Q8_LIMIT)
     return q8_dequantize(q, d), q, d
 
 
@@ -155,7 +157,7 @@ def _all_or_nothing(cache, nb, name):
     """Run a step that appends nb rows to cache: if anything in it fails, put the cache back
     as it was. The arguments were checked before, so a ValueError here comes from a value
     the step computed (float32 overflow): it is reported against `name`, the step's input."""
-    restore = cache._savepoint(nb)
+    restore = cache.savepoint(nb)
     try:
         # every stage checks its inputs and the step checks y: an overflow is reported below
         # as a ValueError, so numpy's overflow warnings would only repeat it
