@@ -2,6 +2,9 @@
 
 ``qwenref.golden`` is the numpy definition of every stage; ``qwenref.gpu`` runs the same stages
 as CUDA kernels through CuPy (imported lazily: ``import qwenref`` needs neither a GPU nor CuPy).
+What both share has one home each: ``qwenref.layout`` (cache kinds, stored arrays, bytes per
+token), ``qwenref.weights`` (a layer's tensors and their checks), ``qwenref.kvcache_base`` (the
+KV cache's class body) and ``qwenref.config`` (the layer's shape).
 """
 from .config import AttnConfig
 from .checkpoint import LayerWeights, Checkpoint, load_checkpoint, write_random_checkpoint

@@ -42,6 +42,13 @@ def bool_arg(name, x):
     return bool(x)
 
 
+def bits_arg(bits):
+    """bits of a turbo quantizer as a Python int in 1..8 (the cache uses 8, 4, 3 and 2)."""
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= 8:
+        raise ValueError(f"bits must be an int in 1..8 (the cache uses 8, 4, 3, 2), got {bits!r}")
+    return int(bits)
+
+
 def sparse_arg(sparse_v):
     """The sparse-V threshold: a float in [0, 1) (0 = exact attention)."""
     sparse_v = float_arg("sparse_v", sparse_v)
@@ -65,6 +72,15 @@ def check_finite(name, a):
         raise ValueError(f"{name} must be finite in float32: it holds values beyond "
                          f"+-{_F32_MAX:.4g}")
     return a
+
+
+def check_scales(name, d, limit):
+    """d: float16 scales a quantizer computed from the argument `name`. An overflowed (inf)
+    scale would dequantize to inf or NaN, so the group is refused, naming the argument and the
+    largest max |value| a group may have (limit: layout.Q8_LIMIT or layout.turbo_limit)."""
+    if not np.isfinite(d).all():
+        raise ValueError(f"{name}: a group's max |{name}| needs a scale beyond float16's range "
+                         f"(this format stores max |{name}| below {limit:.4g})")
 
 
 def real_array(name, x, ints=True, ndim=None):

@@ -38,11 +38,15 @@ import numpy as np
 
 from ._args import bool_arg, int_arg
 from .config import AttnConfig
+from .weights import MLP_WEIGHTS, weight_shapes
 
 __all__ = ["LayerWeights", "Checkpoint", "load_checkpoint", "write_random_checkpoint",
            "expected_shapes"]
 
-_MLP_NAMES = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+# The layer's tensors are listed in qwenref.weights (weight_shapes); the name this module gave
+# them stays, for notebooks and scripts that use it.
+expected_shapes = weight_shapes
+
 _INDEX = "model.safetensors.index.json"
 # safetensors dtype tag -> (numpy dtype of the stored bytes, bytes per element): the ones read
 _ST_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2), "F64": ("<f8", 8)}
@@ -63,55 +67,28 @@ _CHECKPOINT_FILE = re.compile(r"config\.json|model\.safetensors(\.index\.json)?|
                               r"model-\d+-of-\d+\.safetensors")
 
 
-def expected_shapes(cfg: AttnConfig, has_mlp: bool = True) -> dict:
-    """The tensors of one full-attention layer, name (relative to the layer) -> shape."""
-    if not isinstance(cfg, AttnConfig):
-        raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
-    has_mlp = bool_arg("has_mlp", has_mlp)
-    H, hd = cfg.hidden_size, cfg.head_dim
-    shapes = {
-        "input_layernorm.weight": (H,),
-        "post_attention_layernorm.weight": (H,),
-        "self_attn.q_proj.weight": (cfg.nh * 2 * hd, H),      # per head [q_h | gate_h]
-        "self_attn.k_proj.weight": (cfg.nkv * hd, H),
-        "self_attn.v_proj.weight": (cfg.nkv * hd, H),
-        "self_attn.o_proj.weight": (H, cfg.nh * hd),
-        "self_attn.q_norm.weight": (hd,),
-        "self_attn.k_norm.weight": (hd,),
-    }
-    if has_mlp:
-        I = cfg.intermediate_size
-        shapes.update({"mlp.gate_proj.weight": (I, H), "mlp.up_proj.weight": (I, H),
-                       "mlp.down_proj.weight": (H, I)})
-    if cfg.has_indexer:
-        ihd = cfg.indexer_head_dim
-        shapes.update({"self_attn.indexer.qk_proj.weight": ((cfg.indexer_n_heads + 1) * ihd, H),
-                       "self_attn.indexer.q_norm.weight": (ihd,),
-                       "self_attn.indexer.k_norm.weight": (ihd,)})
-    return shapes
-
-
 class LayerWeights(dict):
-    """float32 numpy arrays under HF names relative to the layer ("self_attn.q_proj.weight").
+    """float32 numpy arrays under HF names relative to the layer ("self_attn.q_proj.weight"),
+    the tensors of qwenref.weights.weight_shapes.
 
     ``has_mlp`` is False for MoE checkpoints, whose layers carry no dense MLP weights.
     """
 
     @property
     def has_mlp(self) -> bool:
-        return all(n in self for n in _MLP_NAMES)
+        return all(n in self for n in MLP_WEIGHTS)
 
     def validate(self, cfg: AttnConfig) -> "LayerWeights":
         """Raise ValueError naming the first tensor that is missing, mis-shaped, not float32
         or not finite; a dense MLP with one or two of its three weights is an error too."""
         if not isinstance(cfg, AttnConfig):
             raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
-        mlp = [n for n in _MLP_NAMES if n in self]
-        if 0 < len(mlp) < len(_MLP_NAMES):
-            missing = next(n for n in _MLP_NAMES if n not in self)
+        mlp = [n for n in MLP_WEIGHTS if n in self]
+        if 0 < len(mlp) < len(MLP_WEIGHTS):
+            missing = next(n for n in MLP_WEIGHTS if n not in self)
             raise ValueError(f"missing tensor {missing!r}: a dense MLP needs all of "
-                             f"{list(_MLP_NAMES)} (a MoE layer has none of them)")
-        for name, shape in expected_shapes(cfg, has_mlp=self.has_mlp).items():
+                             f"{list(MLP_WEIGHTS)} (a MoE layer has none of them)")
+        for name, shape in weight_shapes(cfg, has_mlp=self.has_mlp).items():
             if name not in self:
                 raise ValueError(f"missing tensor {name!r}")
             a = self[name]
@@ -243,7 +220,7 @@ class Checkpoint:
                                       if t == "full_attention"]
         self.stored_dtypes = set()
         for i in self.full_attention_layers:
-            for n in expected_shapes(config, has_mlp):
+            for n in weight_shapes(config, has_mlp):
                 full_name = f"{prefix}{i}.{n}"
                 self.stored_dtypes.add(headers[weight_map[full_name]][0][full_name]["dtype"])
 
@@ -268,7 +245,7 @@ class Checkpoint:
             raise ValueError(f"i: layer {i} is {self.config.layer_types[i]!r}, not a "
                              f"full-attention layer; full-attention layers are "
                              f"{self.full_attention_layers}")
-        names = list(expected_shapes(self.config, self.has_mlp))
+        names = list(weight_shapes(self.config, self.has_mlp))
         by_file: dict = {}
         for n in names:
             by_file.setdefault(self._weight_map[f"{self.prefix}{i}.{n}"], []).append(n)
@@ -379,7 +356,7 @@ def load_checkpoint(path) -> Checkpoint:
         return headers[fname][0]
 
     # dense MLP present? (absent in MoE layers, which hold mlp.experts.* / mlp.gate.weight)
-    mlp_present = {i: [n for n in _MLP_NAMES if f"{prefix}{i}.{n}" in weight_map] for i in full}
+    mlp_present = {i: [n for n in MLP_WEIGHTS if f"{prefix}{i}.{n}" in weight_map] for i in full}
     has_mlp = any(mlp_present.values())
     if not has_mlp:
         moe_hint = cfg.is_moe or any(f"{prefix}{full[0]}.mlp.experts." in n or
@@ -392,7 +369,7 @@ def load_checkpoint(path) -> Checkpoint:
                       f"loading attention weights only (LayerWeights.has_mlp is False)",
                       stacklevel=2)
 
-    shapes = expected_shapes(cfg, has_mlp)
+    shapes = weight_shapes(cfg, has_mlp)
     for i in full:
         for n, shape in shapes.items():
             full_name = f"{prefix}{i}.{n}"
@@ -446,7 +423,7 @@ def _random_layer(cfg: AttnConfig, rng: np.random.Generator, has_mlp: bool) -> d
     """One layer's random float32 weights; projections ~ N(0, fan_in^-1) keep activations O(1),
     norm weights ~ N(0, 0.1^2) are far from zero so a `w` vs `1 + w` slip shows."""
     out = {}
-    for name, shape in expected_shapes(cfg, has_mlp).items():
+    for name, shape in weight_shapes(cfg, has_mlp).items():
         if len(shape) == 1:
             out[name] = (rng.standard_normal(shape) * 0.1).astype(np.float32)
         else:
@@ -515,7 +492,7 @@ def write_random_checkpoint(path, cfg: AttnConfig, seed: int = 0, dtype: str = "
     if cfg.attention_bias or cfg.hidden_act != "silu":   # load_checkpoint would refuse it
         raise ValueError(f"cfg: attention_bias={cfg.attention_bias}, hidden_act="
                          f"{cfg.hidden_act!r}: qwenref's layer has no biases and a SwiGLU MLP")
-    n_tensors = len(full) * len(expected_shapes(cfg, has_mlp=not cfg.is_moe))
+    n_tensors = len(full) * len(weight_shapes(cfg, has_mlp=not cfg.is_moe))
     if shards > n_tensors:
         raise ValueError(f"shards ({shards}) exceeds the number of tensors ({n_tensors})")
     # the real directory, so a symlinked path keeps pointing at the new checkpoint

@@ -9,7 +9,7 @@ import pytest
 
 import qwenref
 from qwenref import golden
-from qwenref.checkpoint import expected_shapes
+from qwenref.weights import weight_shapes
 
 F32 = np.float32
 BAD_VALUES = [np.nan, np.inf, -np.inf]
@@ -25,7 +25,7 @@ def _rng():
 
 def _weights(cfg, rng, mlp=True):
     return {n: (rng.standard_normal(s) * (0.1 if len(s) == 1 else s[1] ** -0.5)).astype(F32)
-            for n, s in expected_shapes(cfg, has_mlp=mlp).items()}
+            for n, s in weight_shapes(cfg, has_mlp=mlp).items()}
 
 
 def _filled_cache(cfg, rng, kind="q8", n=13, max_t=40):

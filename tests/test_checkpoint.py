@@ -12,7 +12,8 @@ from safetensors.numpy import save_file
 
 import qwenref
 from qwenref import AttnConfig, load_checkpoint, write_random_checkpoint
-from qwenref.checkpoint import _bf16_to_f32, _encode, expected_shapes
+from qwenref.checkpoint import _bf16_to_f32, _encode
+from qwenref.weights import weight_shapes
 
 
 def _cfg(**over):
@@ -42,12 +43,12 @@ def test_f32_round_trip_matches_safetensors(f32_dir):
     assert ckpt.prefix == "model.layers." and ckpt.stored_dtypes == {"F32"} and ckpt.has_mlp
     assert ckpt.path == f32_dir
     ref = _read_all(f32_dir / "model.safetensors")      # independent reader
-    assert len(ref) == 2 * len(expected_shapes(cfg))    # nothing but the two layers' tensors
+    assert len(ref) == 2 * len(weight_shapes(cfg))    # nothing but the two layers' tensors
     for i in (1, 3):
         w = ckpt.layer(i)
         assert isinstance(w, qwenref.LayerWeights) and w.has_mlp
-        assert list(w) == list(expected_shapes(cfg))
-        for name, shape in expected_shapes(cfg).items():
+        assert list(w) == list(weight_shapes(cfg))
+        for name, shape in weight_shapes(cfg).items():
             assert w[name].dtype == np.float32 and w[name].shape == shape
             assert w[name].flags.c_contiguous and w[name].flags.writeable
             np.testing.assert_array_equal(w[name], ref[f"model.layers.{i}.{name}"])
@@ -208,7 +209,7 @@ def test_moe_checkpoint_loads_attention_only(tmp_path):
     assert not ckpt.has_mlp
     w = ckpt.layer(3)
     assert not w.has_mlp and not any(k.startswith("mlp.") for k in w)
-    assert set(w) == set(expected_shapes(cfg, has_mlp=False))
+    assert set(w) == set(weight_shapes(cfg, has_mlp=False))
 
 
 def test_moe_layer_runs_attention_only_in_the_golden_layer(tmp_path):
@@ -221,7 +222,7 @@ def test_moe_layer_runs_attention_only_in_the_golden_layer(tmp_path):
         y = qwenref.golden.FullAttentionLayer(cfg, w).forward(
             x, base_pos=0, cache=qwenref.golden.KVCache(cfg, max_t=64))
     dense = qwenref.LayerWeights(w, **{n: np.zeros(s, np.float32) for n, s in
-                                       expected_shapes(cfg).items() if n.startswith("mlp.")})
+                                       weight_shapes(cfg).items() if n.startswith("mlp.")})
     y0 = qwenref.golden.FullAttentionLayer(cfg, dense).forward(
         x, base_pos=0, cache=qwenref.golden.KVCache(cfg, max_t=64))
     np.testing.assert_array_equal(y, y0)
@@ -332,7 +333,7 @@ def test_rewriting_a_directory_leaves_no_stale_shards(tmp_path):
 def test_layer_weights_validate():
     cfg = _cfg()
     w = qwenref.LayerWeights({n: np.zeros(s, np.float32)
-                              for n, s in expected_shapes(cfg).items()})
+                              for n, s in weight_shapes(cfg).items()})
     assert w.validate(cfg) is w
     w["mlp.up_proj.weight"] = np.zeros((3, 3), np.float32)
     with pytest.raises(ValueError, match="mlp.up_proj.weight"):
@@ -594,7 +595,7 @@ def test_rewrite_replaces_the_whole_checkpoint(tmp_path):
 
 def test_layer_weights_validate_faults():
     cfg = _cfg()
-    good = {n: np.zeros(s, np.float32) for n, s in expected_shapes(cfg).items()}
+    good = {n: np.zeros(s, np.float32) for n, s in weight_shapes(cfg).items()}
     for edit, match in [
         (lambda w: w.pop("mlp.up_proj.weight"), "missing tensor 'mlp.up_proj.weight': a dense"),
         (lambda w: w["self_attn.q_norm.weight"].__setitem__(0, np.nan),
@@ -608,7 +609,3 @@ def test_layer_weights_validate_faults():
             w.validate(cfg)
     with pytest.raises(TypeError, match="^cfg"):
         qwenref.LayerWeights(good).validate(cfg.to_hf())
-    with pytest.raises(TypeError, match="^cfg"):
-        expected_shapes(cfg.to_hf())
-    with pytest.raises(TypeError, match="^has_mlp"):
-        expected_shapes(cfg, has_mlp="no")

@@ -22,6 +22,7 @@ from qwenref import golden
 from qwenref.golden import kvcache as gk
 from qwenref.gpu import kvcache as gpu_kv
 from qwenref.gpu._runtime import kernel_source
+from qwenref.layout import side_arrays, turbo_bits
 
 from gpu_checks import wht_f32
 
@@ -278,7 +279,7 @@ def expected_side(side, x):
     """What a side stores for x [nb, nkv, hd]: golden encoding, turbo on the float32 rotation."""
     xh = np.ascontiguousarray(x.transpose(1, 0, 2))                       # [nkv, nb, hd]
     if side.startswith("turbo"):
-        codes, d = golden.turbo_quantize(wht_f32(xh), gk._turbo_bits(side))
+        codes, d = golden.turbo_quantize(wht_f32(xh), turbo_bits(side))
         return {"codes": codes, "d": d}
     if side == "q8":
         q, d = golden.q8_quantize(xh)
@@ -287,7 +288,7 @@ def expected_side(side, x):
 
 
 def side_bits(side):
-    return gk._turbo_bits(side)
+    return turbo_bits(side)
 
 
 @gpu
@@ -301,8 +302,9 @@ def test_kvcache_appends_match_golden(cp, rng, kind, hd, impl):
     ref = golden.KVCache(cfg, max_t=max_t, kind=kind)
     assert (cache.k_kind, cache.v_kind, cache.k_rotated, cache.v_rotated) == \
         (ref.k_kind, ref.v_kind, ref.k_rotated, ref.v_rotated)
-    want = {"k": gk._side_alloc(ref.k_kind, cfg.nkv, max_t, hd),
-            "v": gk._side_alloc(ref.v_kind, cfg.nkv, max_t, hd)}
+    want = {name: {n: np.zeros(shape, dt)
+                   for n, (shape, dt) in side_arrays(side, cfg.nkv, max_t, hd).items()}
+            for name, side in (("k", ref.k_kind), ("v", ref.v_kind))}
     idx, ks, vs = [], [], []
     t0 = 0
     for nb in chunks:

@@ -19,7 +19,7 @@ from scipy.linalg import hadamard  # noqa: E402
 
 import qwenref  # noqa: E402
 from qwenref import golden  # noqa: E402
-from qwenref.checkpoint import expected_shapes  # noqa: E402
+from qwenref.weights import weight_shapes  # noqa: E402
 
 F32 = np.float32
 EPS32 = float(np.finfo(F32).eps)          # 2**-23
@@ -274,7 +274,7 @@ def _layer(indexer):
                               indexer_budget=0)
         rng = np.random.default_rng(11)
         w = {n: (rng.standard_normal(s) * (0.1 if len(s) == 1 else s[1] ** -0.5)).astype(F32)
-             for n, s in expected_shapes(cfg).items()}
+             for n, s in weight_shapes(cfg).items()}
         huge = dict(w, **{"self_attn.v_proj.weight": w["self_attn.v_proj.weight"] * F32(1e37)})
         _LAYERS[indexer] = (cfg, w, golden.FullAttentionLayer(cfg, w),
                             golden.FullAttentionLayer(cfg, huge))

@@ -20,8 +20,8 @@ import numpy as np
 
 from .._args import f32_array, finite_float_arg, int_arg as _int_arg, weight_array
 from ..config import AttnConfig
-from .norm import _norm
-from .rope import _rope
+from .norm import rms_norm_core
+from .rope import apply_rope_core
 
 __all__ = ["indexer_project", "indexer_queries", "block_keys", "update_block_keys",
            "block_scores", "select_blocks", "visible_tokens", "row_selection"]
@@ -106,7 +106,8 @@ def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6):
     theta, eps = _theta_eps(theta, eps)
     if ihd == 0:
         raise ValueError(f"q_raw must have a non-empty last axis, got shape {q_raw.shape}")
-    return _rope(_norm(q_raw, q_norm_w, eps, True, "q_raw"), positions, rotary_dim, theta)
+    return apply_rope_core(rms_norm_core(q_raw, q_norm_w, eps, True, "q_raw"), positions,
+                           rotary_dim, theta)
 
 
 def block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps=1e-6):
@@ -136,7 +137,8 @@ def _block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps, name):
         return np.zeros((0, raw_keys.shape[1]), np.float32)
     tok = blocks[:, None] * R + np.arange(R)                     # [nj, R]
     mean = raw_keys[tok].astype(np.float64).mean(axis=1).astype(np.float32)  # [nj, ihd]
-    return _rope(_norm(mean, k_norm_w, eps, True, name), blocks * R, rotary_dim, theta)
+    return apply_rope_core(rms_norm_core(mean, k_norm_w, eps, True, name), blocks * R,
+                           rotary_dim, theta)
 
 
 def update_block_keys(cache, k_norm_w, cfg, t0, t1):

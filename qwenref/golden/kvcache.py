@@ -1,14 +1,10 @@
 """kvcache — q8 (Q8_0), turbo-n (WHT + uniform n-bit, groups of 16) and bf16 formats, and the
 KVCache that stores K/V in those formats plus the indexer state.
 
-Stored layout (the GPU cache uses the same arrays, as cupy arrays):
-  side "f32":    {"data": float32 [nkv, max_t, hd]}
-  side "bf16":   {"data": uint16  [nkv, max_t, hd]}            (bf16 bit patterns)
-  side "q8":     {"q": int8 [nkv, max_t, hd], "d": float16 [nkv, max_t, hd // 32]}
-  side "turboN": {"codes": uint8 [nkv, max_t, hd // 16, 2 * N],
-                  "d": float16 [nkv, max_t, hd // 16]}
-  indexer (cfg.has_indexer): idx_keys float32 [max_t, ihd] (raw keys),
-                             blk_keys float32 [max_t // R, ihd] (block keys, normed + roped)
+Stored layout: qwenref/layout.py (its docstring has the table: which arrays each side kind
+stores, their shapes and dtypes, bytes per token). The GPU cache stores the same arrays, as cupy
+arrays; both caches are subclasses of qwenref.kvcache_base.KVCacheBase, which allocates them
+and reads them back. What this module adds is the numpy encoding of each format.
 
 Bad input: every function here refuses NaN and +-inf in its float inputs (ValueError naming the
 argument) before computing, so no NaN is ever cast to an integer code; a quantizer also refuses
@@ -24,18 +20,18 @@ at most 8 significant bits) times a float16 scale (11 bits) fits in float32's 24
 import ml_dtypes
 import numpy as np
 
-from .._args import check_finite, f32_array, int_arg
-from ..config import AttnConfig
-from .wht import _wht
+from .._args import bits_arg, check_finite, check_scales, f32_array
+from ..kvcache_base import KVCacheBase
+from ..layout import (CACHE_KINDS, Q8_GROUP, Q8_LIMIT, TURBO_GROUP, side_bytes_per_head,
+                      side_kinds, turbo_bits, turbo_limit)
+from .wht import wht_core
 
-__all__ = ["CACHE_KINDS", "q8_quantize", "q8_dequantize", "turbo_quantize", "turbo_dequantize",
-           "turbo_pack", "turbo_unpack", "bf16_round", "bf16_bits", "bf16_from_bits", "KVCache"]
+__all__ = ["CACHE_KINDS", "q8_quantize", "q8_quantize_core", "q8_dequantize", "turbo_quantize",
+           "turbo_quantize_core", "turbo_dequantize", "turbo_pack", "turbo_unpack", "bf16_round",
+           "bf16_bits", "bf16_from_bits", "KVCache"]
 
-CACHE_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2",
-               "bf16k-turbo4v", "bf16k-turbo3v", "bf16k-turbo2v")
-
-Q8_GROUP = 32       # values per Q8_0 block (llama.cpp QK8_0)
-TURBO_GROUP = 16    # values per turbo group (one float16 scale each)
+# qwenref/bench.py still imports these two by their old names; qwenref.layout has them now
+_side_kinds, _side_bytes_per_head = side_kinds, side_bytes_per_head
 
 
 # ---- argument checks ------------------------------------------------------------------------
@@ -58,20 +54,6 @@ def _groups(name, x, size):
     return x.reshape(x.shape[:-1] + (x.shape[-1] // size, size))
 
 
-def _check_scales(name, d, limit):
-    """d: float16 scales from a quantizer. An overflowed (inf) scale would dequantize to inf or
-    NaN, so the group is refused, naming the quantizer's input."""
-    if not np.isfinite(d).all():
-        raise ValueError(f"{name}: a group's max |{name}| needs a scale beyond float16's range "
-                         f"(this format stores max |{name}| below {limit:.4g})")
-
-
-def _check_bits(bits):
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= 8:
-        raise ValueError(f"bits must be an int in 1..8 (the cache uses 8, 4, 3, 2), got {bits!r}")
-    return int(bits)
-
-
 # ---- q8 (llama.cpp Q8_0) --------------------------------------------------------------------
 def _round_half_away(v):
     """C roundf on float32: nearest integer, exact .5 ties away from zero. np.round rounds ties
@@ -91,17 +73,14 @@ def q8_quantize(x):
     """
     x = _float32_array("x", x)
     _groups("x", x, Q8_GROUP)
-    q, d = _q8_quantize(x)
-    _check_scales("x", d, _Q8_LIMIT)
+    q, d = q8_quantize_core(x)
+    check_scales("x", d, Q8_LIMIT)
     return q, d
 
 
-# the float16 scale amax / 127 rounds to inf from 65520 on
-_Q8_LIMIT = 65520.0 * 127
-
-
-def _q8_quantize(x):
-    """q8_quantize on a checked finite float32 x; d may hold inf (callers check it)."""
+def q8_quantize_core(x):
+    """q8_quantize's formula on a checked finite float32 x; d may hold inf (a group at or past
+    layout.Q8_LIMIT): the caller checks it with check_scales, naming its own argument."""
     xg = _groups("x", x, Q8_GROUP)                                           # [..., g, 32]
     amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))                # [..., g]
     d32 = amax / np.float32(127)                                             # [..., g] f32
@@ -128,7 +107,7 @@ def q8_dequantize(q, d):
 def turbo_pack(c, bits):
     """codes uint8 [..., 16] (values < 2**bits) -> packed uint8 [..., 2 * bits]; code i at bits
     [bits*i, bits*i + bits) of the little-endian group."""
-    bits = _check_bits(bits)
+    bits = bits_arg(bits)
     c = np.asarray(c)
     if not np.issubdtype(c.dtype, np.integer):
         raise TypeError(f"c must be an integer array, got dtype {c.dtype}")
@@ -144,7 +123,7 @@ def turbo_pack(c, bits):
 
 def turbo_unpack(packed, bits):
     """Inverse of turbo_pack: uint8 [..., 2 * bits] -> uint8 [..., 16]."""
-    bits = _check_bits(bits)
+    bits = bits_arg(bits)
     packed = _typed_array("packed", packed, np.uint8)
     if packed.ndim < 1 or packed.shape[-1] != 2 * bits:
         raise ValueError(f"packed's last axis must be {2 * bits} bytes for bits={bits}, "
@@ -163,21 +142,17 @@ def turbo_quantize(x, bits):
     (1/d32 taken as 0 when d32 == 0, so an all-zero group codes 2**(n-1)).
     Returns (codes uint8 [..., n // 16, 2 * bits], d float16 [..., n // 16]).
     """
-    bits = _check_bits(bits)
+    bits = bits_arg(bits)
     x = _float32_array("x", x)
     _groups("x", x, TURBO_GROUP)
-    codes, d = _turbo_quantize(x, bits)
-    _check_scales("x", d, _turbo_limit(bits))
+    codes, d = turbo_quantize_core(x, bits)
+    check_scales("x", d, turbo_limit(bits))
     return codes, d
 
 
-def _turbo_limit(bits):
-    """max |x| whose float16 scale amax / L stays finite (below 65520)."""
-    return 65520.0 * ((1 << bits) - 1) / 2
-
-
-def _turbo_quantize(x, bits):
-    """turbo_quantize on a checked finite float32 x; d may hold inf (callers check it)."""
+def turbo_quantize_core(x, bits):
+    """turbo_quantize's formula on a checked finite float32 x and bits; d may hold inf (a group
+    at or past layout.turbo_limit(bits)): the caller checks it with check_scales."""
     xg = _groups("x", x, TURBO_GROUP)                                        # [..., g, 16]
     amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))                # [..., g]
     d32 = amax / np.float32(((1 << bits) - 1) / 2)                           # [..., g] f32
@@ -191,7 +166,7 @@ def _turbo_quantize(x, bits):
 
 def turbo_dequantize(codes, d, bits):
     """(c - (2**bits - 1) / 2) * float32(d). Returns float32 [..., n]."""
-    bits = _check_bits(bits)
+    bits = bits_arg(bits)
     d = _typed_array("d", d, np.float16)
     c = turbo_unpack(codes, bits)                                            # [..., g, 16]
     if d.shape != c.shape[:-1]:
@@ -241,35 +216,6 @@ def bf16_round(x):
 
 
 # ---- one stored side ------------------------------------------------------------------------
-def _side_kinds(kind):
-    """Cache kind -> (k side kind, v side kind)."""
-    if not isinstance(kind, str):
-        raise TypeError(f"kind must be a str, one of {CACHE_KINDS}, got {type(kind).__name__}")
-    if kind not in CACHE_KINDS:
-        raise ValueError(f"kind must be one of {CACHE_KINDS}, got {kind!r}")
-    if kind.startswith("bf16k-"):
-        return "bf16", kind[len("bf16k-"):-1]                                # 'bf16k-turbo4v'
-    return kind, kind
-
-
-def _turbo_bits(side):
-    return int(side[len("turbo"):]) if side.startswith("turbo") else 0
-
-
-def _side_alloc(side, nkv, max_t, hd):
-    """Zeroed storage for one side (layout in the module docstring)."""
-    if side == "f32":
-        return {"data": np.zeros((nkv, max_t, hd), np.float32)}
-    if side == "bf16":
-        return {"data": np.zeros((nkv, max_t, hd), np.uint16)}
-    if side == "q8":
-        return {"q": np.zeros((nkv, max_t, hd), np.int8),
-                "d": np.zeros((nkv, max_t, hd // Q8_GROUP), np.float16)}
-    n = _turbo_bits(side)
-    return {"codes": np.zeros((nkv, max_t, hd // TURBO_GROUP, 2 * n), np.uint8),
-            "d": np.zeros((nkv, max_t, hd // TURBO_GROUP), np.float16)}
-
-
 def _side_encode(side, x, name):
     """x finite float32 [nkv, nb, hd] (head-major) -> {array name: stored values [nkv, nb, ...]}.
     Turbo sides rotate by the WHT over hd first. Values the format cannot store (a float16
@@ -281,130 +227,32 @@ def _side_encode(side, x, name):
         _check_bf16_finite(name, b, _BF16_RANGE)
         return {"data": b}
     if side == "q8":
-        q, d = _q8_quantize(x)
-        _check_scales(name, d, _Q8_LIMIT)
+        q, d = q8_quantize_core(x)
+        check_scales(name, d, Q8_LIMIT)
         return {"q": q, "d": d}
-    bits = _turbo_bits(side)
-    codes, d = _turbo_quantize(_wht(x), bits)
-    _check_scales(name, d, _turbo_limit(bits))
+    bits = turbo_bits(side)
+    codes, d = turbo_quantize_core(wht_core(x), bits)
+    check_scales(name, d, turbo_limit(bits))
     return {"codes": codes, "d": d}
 
 
-def _side_decode(side, store, t_len):
-    """Stored tokens [0, t_len) -> float32 [nkv, t_len, hd] (rotated domain for turbo)."""
-    s = {name: a[:, :t_len] for name, a in store.items()}
-    if side == "f32":
-        return s["data"].copy()
-    if side == "bf16":
-        return bf16_from_bits(s["data"])
-    if side == "q8":
-        return q8_dequantize(s["q"], s["d"])
-    return turbo_dequantize(s["codes"], s["d"], _turbo_bits(side))
-
-
-def _side_bytes_per_head(side, hd):
-    if side == "f32":
-        return 4 * hd
-    if side == "bf16":
-        return 2 * hd
-    if side == "q8":
-        return hd + 2 * (hd // Q8_GROUP)
-    return (hd // TURBO_GROUP) * (2 * _turbo_bits(side) + 2)
-
-
-class _KVCacheState:
-    """What the golden and the GPU caches share: the constructor's checks and attributes, the
-    length, and the argument checks of append / keys / values. Subclasses allocate the arrays
-    (numpy here, CuPy in qwenref.gpu). The GPU cache does not derive from KVCache, so golden
-    functions that check isinstance(cache, KVCache) never receive CuPy arrays."""
-
-    _turbo_max_hd = None          # the GPU's fused rotation caps head_dim (1024) for turbo sides
-
-    def _init_state(self, cfg, max_t, kind):
-        """Check and set cfg, max_t, kind, k_kind, v_kind, k_rotated, v_rotated, length = 0."""
-        if not isinstance(cfg, AttnConfig):
-            raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
-        max_t = int_arg("max_t", max_t, 1)
-        k_kind, v_kind = _side_kinds(kind)
-        hd, cap = cfg.head_dim, self._turbo_max_hd
-        for side in (k_kind, v_kind):
-            if side == "q8" and hd % Q8_GROUP:
-                raise ValueError(f"head_dim ({hd}) must be a multiple of {Q8_GROUP} for kind "
-                                 f"{kind!r}")
-            if side.startswith("turbo") and (hd % TURBO_GROUP or hd & (hd - 1)
-                                             or (cap is not None and hd > cap)):
-                limit = f", a multiple of {TURBO_GROUP} and <= {cap}" if cap else \
-                    f" and a multiple of {TURBO_GROUP}"
-                raise ValueError(f"head_dim ({hd}) must be a power of two{limit} for kind "
-                                 f"{kind!r} (WHT over head_dim)")
-        self.cfg, self.max_t, self.kind = cfg, int(max_t), kind
-        self.k_kind, self.v_kind = k_kind, v_kind
-        self.k_rotated, self.v_rotated = k_kind.startswith("turbo"), v_kind.startswith("turbo")
-        self.length = 0
-
-    def __len__(self):
-        return self.length
-
-    def _check_index_k_given(self, index_k):
-        """index_k is required iff the config has an indexer; -> whether it is."""
-        if self.cfg.has_indexer:
-            if index_k is None:
-                raise ValueError("index_k is required: the config has an indexer")
-            return True
-        if index_k is not None:
-            raise ValueError("index_k must be None: the config has no indexer")
-        return False
-
-    def _room(self, nb):
-        """(t0, t1) of an append of nb tokens; past max_t -> ValueError."""
-        t0, t1 = self.length, self.length + nb
-        if t1 > self.max_t:
-            raise ValueError(f"k: appending {nb} tokens to {t0} stored exceeds max_t={self.max_t}")
-        return t0, t1
-
-    def _t_len(self, t_len):
-        if t_len is None:
-            return self.length
-        if isinstance(t_len, bool) or not isinstance(t_len, (int, np.integer)):
-            raise TypeError(f"t_len must be an int, got {type(t_len).__name__}")
-        if not 0 <= t_len <= self.length:
-            raise ValueError(f"t_len must be in [0, {self.length}] (tokens stored), got {t_len}")
-        return int(t_len)
-
-
-class KVCache(_KVCacheState):
+class KVCache(KVCacheBase):
     """Per-sequence decode state: K/V as stored, raw indexer keys, block keys, length.
 
     KVCache(cfg, max_t=4096, kind="f32"). Attributes: cfg, max_t, kind, k_kind, v_kind
     ("f32" | "bf16" | "q8" | "turbo8" | ...), k_rotated, v_rotated, k_store, v_store (dicts of
-    arrays, layout in the module docstring), idx_keys, blk_keys (or None), and len(cache).
+    numpy arrays, layout in qwenref/layout.py), idx_keys, blk_keys (or None), and len(cache).
     ``length`` (= len(cache)) is a plain attribute so a GPU cache's to_golden() can set it.
+
+    The class body is qwenref.kvcache_base.KVCacheBase (construction, append's order of steps,
+    keys, values, copy); this class stores numpy arrays and encodes with the quantizers above.
     """
 
-    def __init__(self, cfg, max_t=4096, kind="f32"):
-        self._init_state(cfg, max_t, kind)
-        hd = cfg.head_dim
-        self.k_store = _side_alloc(self.k_kind, cfg.nkv, self.max_t, hd)
-        self.v_store = _side_alloc(self.v_kind, cfg.nkv, self.max_t, hd)
-        if cfg.has_indexer:
-            ihd, R = cfg.indexer_head_dim, cfg.indexer_compress_ratio
-            self.idx_keys = np.zeros((self.max_t, ihd), np.float32)          # [max_t, ihd]
-            self.blk_keys = np.zeros((self.max_t // R, ihd), np.float32)     # [max_t // R, ihd]
-        else:
-            self.idx_keys = self.blk_keys = None
+    xp = np
 
-    def __repr__(self):
-        return (f"KVCache(kind={self.kind!r}, len={self.length}, max_t={self.max_t}, "
-                f"nkv={self.cfg.nkv}, head_dim={self.cfg.head_dim})")
-
-    def append(self, k, v, index_k=None):
-        """Store nb tokens at positions len(self) .. len(self)+nb-1 and advance the length.
-
-        k, v: float32 [nb, nkv, hd] (after q/k norm and RoPE, unrotated); rotated and
-        quantized here by kind. index_k: raw indexer keys [nb, ihd] (required iff the config
-        has an indexer). Block keys are NOT computed here (they need weights): the layer calls
-        golden.indexer.update_block_keys after append. Past max_t -> ValueError.
-        """
+    def _check_append(self, k, v, index_k):
+        """append's arguments: float32 numpy arrays of the config's shapes, every value finite
+        (a NaN would otherwise be cast to an integer code)."""
         cfg = self.cfg
         k = _typed_array("k", k, np.float32)
         v = _typed_array("v", v, np.float32)
@@ -413,7 +261,7 @@ class KVCache(_KVCacheState):
         if v.shape != k.shape:
             raise ValueError(f"v must have k's shape {k.shape}, got {v.shape}")
         nb = k.shape[0]
-        if self._check_index_k_given(index_k):
+        if self._index_k_given(index_k):
             index_k = _typed_array("index_k", index_k, np.float32)
             if index_k.shape != (nb, cfg.indexer_head_dim):
                 raise ValueError(f"index_k must be [{nb}, {cfg.indexer_head_dim}], "
@@ -421,19 +269,33 @@ class KVCache(_KVCacheState):
             check_finite("index_k", index_k)
         check_finite("k", k)
         check_finite("v", v)
-        t0, t1 = self._room(nb)
-        # encode both sides before writing either: a refused append leaves no trace
+        return k, v, index_k
+
+    def _store(self, k, v, t0):
+        """Encode K and V ([nb, nkv, hd], checked) and write them at token slots t0 .. t0+nb-1.
+        Both sides are encoded before either is written: a value a format cannot store is
+        refused (ValueError naming k or v) and nothing is written."""
+        t1 = t0 + k.shape[0]
         encoded = [(store, _side_encode(side, x.transpose(1, 0, 2), name))  # [nkv, nb, ...]
                    for side, store, x, name in ((self.k_kind, self.k_store, k, "k"),
                                                 (self.v_kind, self.v_store, v, "v"))]
         for store, arrays in encoded:
             for name, a in arrays.items():
                 store[name][:, t0:t1] = a
-        if cfg.has_indexer:
-            self.idx_keys[t0:t1] = index_k
-        self.length = t1
 
-    def _savepoint(self, nb):
+    @staticmethod
+    def _decode(side, stored):
+        """A side's stored arrays of tokens [0, t_len) -> float32 [nkv, t_len, hd] (rotated
+        domain for turbo), by the exact dequantizers above."""
+        if side == "f32":
+            return stored["data"].copy()
+        if side == "bf16":
+            return bf16_from_bits(stored["data"])
+        if side == "q8":
+            return q8_dequantize(stored["q"], stored["d"])
+        return turbo_dequantize(stored["codes"], stored["d"], turbo_bits(side))
+
+    def savepoint(self, nb):
         """A function that restores what an append of nb tokens, and the block-key update after
         it, can change: the layer calls it when a step fails after its append, so a failed step
         leaves the cache exactly as it was. Copies nb token slots (and their blocks)."""
@@ -451,27 +313,3 @@ class KVCache(_KVCacheState):
                 a[i] = old
             self.length = t0
         return restore
-
-    def keys(self, t_len=None):
-        """Dequantized stored keys float32 [nkv, t_len, hd] (WHT-rotated iff k_rotated)."""
-        return _side_decode(self.k_kind, self.k_store, self._t_len(t_len))
-
-    def values(self, t_len=None):
-        """Dequantized stored values float32 [nkv, t_len, hd] (WHT-rotated iff v_rotated)."""
-        return _side_decode(self.v_kind, self.v_store, self._t_len(t_len))
-
-    def nbytes_per_token(self):
-        """Bytes of K+V storage per token (all kv heads), scales included."""
-        hd, nkv = self.cfg.head_dim, self.cfg.nkv
-        return nkv * (_side_bytes_per_head(self.k_kind, hd)
-                      + _side_bytes_per_head(self.v_kind, hd))
-
-    def copy(self):
-        """An independent deep copy (stored arrays, indexer keys, length)."""
-        new = object.__new__(KVCache)
-        new.__dict__.update(self.__dict__)
-        new.k_store = {name: a.copy() for name, a in self.k_store.items()}
-        new.v_store = {name: a.copy() for name, a in self.v_store.items()}
-        if self.idx_keys is not None:
-            new.idx_keys, new.blk_keys = self.idx_keys.copy(), self.blk_keys.copy()
-        return new

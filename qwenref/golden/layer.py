@@ -12,83 +12,20 @@ Shape letters: nb rows, nh q heads, nkv kv heads, hd head_dim, H hidden.
 The layer holds weights only; every per-sequence state lives in the KVCache.
 """
 import contextlib
-import warnings
-from collections.abc import Mapping
 
 import numpy as np
 
-from .._args import check_finite, f32_array, mark_checked, sparse_arg, weight_array
-from ..checkpoint import expected_shapes
-from ..config import AttnConfig
+from .._args import check_finite, check_scales, f32_array, mark_checked, weight_array
+from ..layout import Q8_GROUP, Q8_LIMIT
+from ..weights import PROJECTIONS, check_layer_args, check_weights, weight_shapes
 from .attention import decode_attention, output_gate
 from .indexer import indexer_project, indexer_queries, row_selection, update_block_keys
-from .kvcache import _Q8_LIMIT, KVCache, _check_scales, _q8_quantize, q8_dequantize
+from .kvcache import KVCache, q8_dequantize, q8_quantize_core
 from .norm import add_rms_norm, rms_norm
 from .rope import qk_norm_rope
 from .wht import wht
 
 __all__ = ["linear", "silu", "mlp", "quantize_weight_q8", "FullAttentionLayer"]
-
-_PROJ = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-         "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-         "mlp.down_proj.weight", "self_attn.indexer.qk_proj.weight")
-_MLP = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
-
-
-# ---- checks shared with qwenref.gpu.layer ------------------------------------------------------
-def _check_layer_args(weight_format, sparse_v, n_splits):
-    if not isinstance(weight_format, str):
-        raise TypeError(f"weight_format must be 'f32' or 'q8', got {type(weight_format).__name__}")
-    if weight_format not in ("f32", "q8"):
-        raise ValueError(f"weight_format must be 'f32' or 'q8', got {weight_format!r}")
-    sparse_arg(sparse_v)
-    if n_splits is not None:
-        if isinstance(n_splits, (bool, np.bool_)) or not isinstance(n_splits, (int, np.integer)):
-            raise TypeError(f"n_splits must be None or a positive int, got "
-                            f"{type(n_splits).__name__}")
-        if n_splits < 1:
-            raise ValueError(f"n_splits must be None or a positive int, got {n_splits!r}")
-
-
-def _check_weights(c, w, weight_format):
-    """cfg and weights, checked whole: a missing weight, a wrong shape or dtype, NaN or inf, a
-    dense MLP with only some of its three weights -> ValueError / TypeError naming the weight;
-    a q8 layer needs every projection's input dim to be a multiple of 32 and every Q8_0 scale
-    to fit float16. -> has_mlp (warns when there is no MLP)."""
-    if not isinstance(c, AttnConfig):
-        raise TypeError(f"cfg must be an AttnConfig, got {type(c).__name__}")
-    if c.attention_bias:
-        raise ValueError("cfg.attention_bias is True, but the layer has no projection biases")
-    if c.hidden_act != "silu":
-        raise ValueError(f"cfg.hidden_act is {c.hidden_act!r}; the layer's MLP is SwiGLU "
-                         f"('silu')")
-    if not isinstance(w, Mapping):
-        raise TypeError(f"w must be a mapping of weight name -> array (LayerWeights), got "
-                        f"{type(w).__name__}")
-    mlp_given = [n for n in _MLP if n in w]
-    if 0 < len(mlp_given) < len(_MLP):
-        missing = next(n for n in _MLP if n not in w)
-        raise ValueError(f"w: missing weight {missing!r}: a dense MLP needs all of "
-                         f"{list(_MLP)} (a MoE layer has none of them)")
-    has_mlp = bool(mlp_given)
-    for name, shape in expected_shapes(c, has_mlp).items():
-        if name not in w:
-            raise ValueError(f"w: missing weight {name!r}")
-        if tuple(np.shape(w[name])) != shape:
-            raise ValueError(f"w[{name!r}] has shape {np.shape(w[name])}, config says {shape}")
-        a = f32_array(f"w[{name!r}]", w[name])
-        if weight_format == "q8" and name in _PROJ:
-            if a.shape[-1] % 32:
-                raise ValueError(f"w[{name!r}]: input dim {a.shape[-1]} is not a multiple of "
-                                 f"32, so it cannot be Q8_0-quantized")
-            amax = np.abs(a.reshape(a.shape[0], -1, 32)).max(axis=-1)
-            with np.errstate(over="ignore"):
-                _check_scales(f"w[{name!r}]", (amax / np.float32(127)).astype(np.float16),
-                              _Q8_LIMIT)
-    if not has_mlp:
-        warnings.warn("FullAttentionLayer: no dense MLP weights (MoE checkpoint?): running "
-                      "attention only, y = x + attention(x)", stacklevel=3)
-    return has_mlp
 
 
 # ---- stage functions ---------------------------------------------------------------------------
@@ -142,11 +79,11 @@ def quantize_weight_q8(w):
     """A projection's weight as the q8 layer runs it: each row Q8_0-quantized along the input
     dim (groups of 32), dequantized to float32. Returns (dequantized w, q, d)."""
     w = f32_array("w", w)
-    if w.ndim < 1 or w.shape[-1] % 32:
-        raise ValueError(f"w's last axis (the input dim) must be a multiple of 32, got shape "
-                         f"{w.shape}")
-    q, d = _q8_quantize(w)
-    _check_scales("w", d, _Q8_LIMIT)
+    if w.ndim < 1 or w.shape[-1] % Q8_GROUP:
+        raise ValueError(f"w's last axis (the input dim) must be a multiple of {Q8_GROUP}, got "
+                         f"shape {w.shape}")
+    q, d = q8_quantize_core(w)
+    check_scales("w", d, Q8_LIMIT)
     return q8_dequantize(q, d), q, d
 
 
@@ -155,7 +92,7 @@ def _all_or_nothing(cache, nb, name):
     """Run a step that appends nb rows to cache: if anything in it fails, put the cache back
     as it was. The arguments were checked before, so a ValueError here comes from a value
     the step computed (float32 overflow): it is reported against `name`, the step's input."""
-    restore = cache._savepoint(nb)
+    restore = cache.savepoint(nb)
     try:
         # every stage checks its inputs and the step checks y: an overflow is reported below
         # as a ValueError, so numpy's overflow warnings would only repeat it
@@ -176,7 +113,8 @@ def _all_or_nothing(cache, nb, name):
 class FullAttentionLayer:
     """FullAttentionLayer(cfg, w, sparse_v=0.0, n_splits=None, weight_format="f32").
 
-    w: LayerWeights (float32 arrays under HF names relative to the layer). weight_format "q8"
+    w: LayerWeights (float32 arrays under HF names relative to the layer: qwenref.weights
+    lists them and checks them). weight_format "q8"
     replaces every projection by its Q8_0 round trip. sparse_v and n_splits go to
     golden.decode_attention. MoE checkpoints carry no dense MLP: the layer then runs attention
     only (y = x + attention(x)) and says so once with a warning.
@@ -187,14 +125,14 @@ class FullAttentionLayer:
     """
 
     def __init__(self, cfg, w, sparse_v=0.0, n_splits=None, weight_format="f32"):
-        _check_layer_args(weight_format, sparse_v, n_splits)
-        self.has_mlp = _check_weights(cfg, w, weight_format)
+        check_layer_args(weight_format, sparse_v, n_splits)
+        self.has_mlp = check_weights(cfg, w, weight_format)
         self.cfg, self.sparse_v, self.n_splits = cfg, float(sparse_v), n_splits
         self.weight_format = weight_format
         self.w = {}
-        for name in expected_shapes(cfg, self.has_mlp):
+        for name in weight_shapes(cfg, self.has_mlp):
             arr = np.asarray(w[name], np.float32)
-            if weight_format == "q8" and name in _PROJ:
+            if weight_format == "q8" and name in PROJECTIONS:
                 arr = quantize_weight_q8(arr)[0]
             # the layer's own read-only view, checked above: the per-step stage calls on it
             # skip the finiteness scan (a NaN written later into the caller's array is still

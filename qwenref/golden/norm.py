@@ -12,7 +12,7 @@ import numpy as np
 
 from .._args import bool_arg, f32_array, finite_float_arg
 
-__all__ = ["rms_norm", "add_rms_norm"]
+__all__ = ["rms_norm", "add_rms_norm", "rms_norm_core"]
 
 
 def _as_f32(name, a):
@@ -28,10 +28,11 @@ def _check_weight(x, weight, xname="x", wname="weight"):
                          f"axis, got {weight.shape}")
 
 
-def _norm(x, weight, eps, zero_centered, name="x"):
-    """The formula on checked float32 inputs. Rows float32 cannot normalize are refused,
-    naming `name`: a mean square that overflows (the row would come out as 0) and a zero
-    mean square with eps = 0 (0/0)."""
+def rms_norm_core(x, weight, eps, zero_centered, name="x"):
+    """rms_norm's formula on checked float32 inputs (rms_norm and add_rms_norm check their
+    arguments, then call this; so do rope's and the indexer's per-head norms). Rows float32
+    cannot normalize are refused, naming `name`: a mean square that overflows (the row would
+    come out as 0) and a zero mean square with eps = 0 (0/0)."""
     with np.errstate(over="ignore"):                  # reported just below
         ms = np.mean(np.square(x), axis=-1, keepdims=True, dtype=np.float32)  # [..., 1]
     if not np.isfinite(ms).all():
@@ -58,7 +59,7 @@ def rms_norm(x, weight, eps=1e-6, zero_centered=True):
     _check_weight(x, weight)
     eps = finite_float_arg("eps", eps, 0.0)
     zero_centered = bool_arg("zero_centered", zero_centered)
-    return _norm(x, weight, eps, zero_centered)
+    return rms_norm_core(x, weight, eps, zero_centered)
 
 
 def add_rms_norm(x, residual, weight, eps=1e-6, zero_centered=True):
@@ -77,4 +78,4 @@ def add_rms_norm(x, residual, weight, eps=1e-6, zero_centered=True):
         s = x + residual                                                     # [..., n] f32
     if not np.isfinite(s).all():
         raise ValueError("x + residual overflows float32")
-    return _norm(s, weight, eps, zero_centered, "x + residual"), s
+    return rms_norm_core(s, weight, eps, zero_centered, "x + residual"), s

@@ -17,9 +17,10 @@ fastest pairs; the float32 kernel shows the same effect (notebook 02).
 import numpy as np
 
 from .._args import check_finite, f32_array, finite_float_arg, real_array
-from .norm import _norm
+from .norm import rms_norm_core
 
-__all__ = ["rope_inv_freq", "rope_cos_sin", "apply_rope", "split_q_gate", "qk_norm_rope"]
+__all__ = ["rope_inv_freq", "rope_cos_sin", "apply_rope", "apply_rope_core", "split_q_gate",
+           "qk_norm_rope"]
 
 
 def _check_rotary(rotary_dim, theta):
@@ -60,8 +61,9 @@ def _cos_sin(positions, rotary_dim, theta):
     return np.cos(ang), np.sin(ang)                                          # [nb, rd/2] each
 
 
-def _rope(x, positions, rotary_dim, theta):
-    """apply_rope on checked arguments."""
+def apply_rope_core(x, positions, rotary_dim, theta):
+    """apply_rope's rotation on checked arguments (apply_rope and qk_norm_rope check, then
+    call this; so does the indexer)."""
     half = rotary_dim // 2
     cos, sin = _cos_sin(positions, rotary_dim, theta)                        # [nb, half]
     bshape = (x.shape[0],) + (1,) * (x.ndim - 2) + (half,)
@@ -99,7 +101,7 @@ def apply_rope(x, positions, rotary_dim, theta):
     if rotary_dim > x.shape[-1]:
         raise ValueError(f"rotary_dim ({rotary_dim}) exceeds x's last axis ({x.shape[-1]})")
     check_finite("x", x)
-    return _rope(x, positions, rotary_dim, theta)
+    return apply_rope_core(x, positions, rotary_dim, theta)
 
 
 def split_q_gate(qg):
@@ -137,6 +139,7 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
     k = f32_array("k", k)
     if hd == 0:
         raise ValueError(f"k must have a non-empty last axis, got shape {k.shape}")
-    q = _norm(qg[..., :hd], q_weight, eps, True, "qg")                       # [nb, nh, hd]
-    k = _norm(k, k_weight, eps, True, "k")                                   # [nb, nkv, hd]
-    return _rope(q, positions, rotary_dim, theta), _rope(k, positions, rotary_dim, theta)
+    q = rms_norm_core(qg[..., :hd], q_weight, eps, True, "qg")               # [nb, nh, hd]
+    k = rms_norm_core(k, k_weight, eps, True, "k")                           # [nb, nkv, hd]
+    return (apply_rope_core(q, positions, rotary_dim, theta),
+            apply_rope_core(k, positions, rotary_dim, theta))

@@ -16,11 +16,12 @@ import numpy as np
 
 from .._args import bool_arg, check_finite, real_array
 
-__all__ = ["wht"]
+__all__ = ["wht", "wht_core"]
 
 
-def _wht(x):
-    """The transform on a checked real array with a power-of-two last axis."""
+def wht_core(x):
+    """The transform on a checked real array with a power-of-two last axis (wht checks its
+    arguments, then calls this; the KV cache calls it on values it has checked)."""
     n = x.shape[-1]
     lead = x.shape[:-1]
     y = x.astype(np.float64).reshape(-1, n)                                  # [rows, n]
@@ -48,4 +49,4 @@ def wht(x, inverse=False):
     if n < 1 or n & (n - 1):
         raise ValueError(f"x's last axis must be a power of two, got {n}")
     bool_arg("inverse", inverse)
-    return _wht(check_finite("x", x))
+    return wht_core(check_finite("x", x))

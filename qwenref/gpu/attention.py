@@ -44,7 +44,7 @@ import math
 import numpy as np
 
 from .._args import int_arg as _int_arg, sparse_arg as _sparse_arg
-from ..golden.kvcache import _side_kinds
+from ..layout import side_arrays, side_kinds
 from ._runtime import check_array, cupy, kernel, out_array
 
 __all__ = ["decode_attention", "attn_partials", "attn_combine", "auto_n_splits",
@@ -89,30 +89,21 @@ TOL_ATTN_MMA = 1e-3     # mma rounds each p and each code·d_v to fp16: a term i
 
 
 def _side_arrays(which, side, store, nkv, hd):
-    """(data, scale or None, max_t) of one stored side, after checking its layout."""
+    """(data, scale or None, max_t) of one stored side, checked against its layout
+    (layout.side_arrays: the data array first, then its scales, if any)."""
     if not isinstance(store, dict):
         raise TypeError(f"cache.{which}_store must be a dict of cupy arrays")
-    try:
-        if side in ("f32", "bf16"):
-            data = store["data"]
-            check_array(f"cache.{which}_store['data']", data,
-                        np.float32 if side == "f32" else np.uint16, (nkv, None, hd))
-            return data, None, data.shape[1]
-        if side == "q8":
-            data, scale = store["q"], store["d"]
-            check_array(f"cache.{which}_store['q']", data, np.int8, (nkv, None, hd))
-            check_array(f"cache.{which}_store['d']", scale, np.float16,
-                        (nkv, data.shape[1], hd // 32))
-            return data, scale, data.shape[1]
-        n = int(side[len("turbo"):])
-        data, scale = store["codes"], store["d"]
-        check_array(f"cache.{which}_store['codes']", data, np.uint8, (nkv, None, hd // 16, 2 * n))
-        check_array(f"cache.{which}_store['d']", scale, np.float16,
-                    (nkv, data.shape[1], hd // 16))
-        return data, scale, data.shape[1]
-    except KeyError as e:
-        raise ValueError(f"cache.{which}_store lacks {e.args[0]!r} for side kind {side!r}") \
-            from None
+    want = side_arrays(side, nkv, 0, hd)          # max_t 0 stands in: it is read from the data
+    missing = [name for name in want if name not in store]
+    if missing:
+        raise ValueError(f"cache.{which}_store lacks {missing[0]!r} for side kind {side!r}")
+    arrays, max_t = [], None                      # None matches any length, until data sets it
+    for name, (shape, dtype) in want.items():
+        a = check_array(f"cache.{which}_store[{name!r}]", store[name], dtype,
+                        (shape[0], max_t) + shape[2:])
+        max_t = a.shape[1]
+        arrays.append(a)
+    return arrays[0], (arrays[1] if len(arrays) > 1 else None), max_t
 
 
 def _check_cache(cache):
@@ -489,11 +480,11 @@ def rung_kernel(family, impl=None, *, kind="q8", nb=1, n_rep=6, hd=256, selectiv
     """The kernel a rung of `family` launches for this shape, by name (for the bench's records):
     v0 "attention_v0_<K>_<V>" (the whole decode, one launch); v1 "attn_partials_<K>_<V>" and
     mma "attn_partials_q8_mma_n<NT8>" / "attn_partials_q8_mma_sel_n1" (the partials; attn_combine
-    follows both). impl=None: choose_impl's choice. kind: a cache kind (golden.CACHE_KINDS);
+    follows both). impl=None: choose_impl's choice. kind: a cache kind (layout.CACHE_KINDS);
     defaults: one row of the Qwen3.5-27B shape (n_rep 6, hd 256). The plan's kernel field."""
     if family not in RUNGS:
         raise ValueError(f"family must be one of {tuple(RUNGS)}, got {family!r}")
-    k_kind, v_kind = _side_kinds(kind)
+    k_kind, v_kind = side_kinds(kind)
     return _plan_shape(k_kind, v_kind, hd, n_rep, nb, sparse_v=sparse_v, selective=selective,
                        impl=impl).kernel
 

@@ -1,7 +1,7 @@
 """kvcache on the GPU — q8 / turbo-n / bf16 formats and the KVCache (kernels_cuda/kvcache.cu).
 
-Same meaning and stored layout as qwenref.golden.kvcache (see its module docstring); the stored
-arrays are cupy arrays. Codes and scales are bit-exact with the golden quantizers, and both
+Same meaning as qwenref.golden.kvcache and the same stored layout (qwenref/layout.py); the
+stored arrays are cupy arrays. Codes and scales are bit-exact with the golden quantizers, and both
 dequantizers are exact. The one difference: a turbo side's WHT rotation runs in float32 on the
 GPU (golden: float64, rounded once), so a rotated value that sits on a code boundary can code
 one level apart from the golden cache; quantizing the GPU's own rotation (gpu.wht, bit-identical
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..golden import kvcache as _golden
+from .._args import bits_arg
+from ..golden.kvcache import KVCache as GoldenKVCache
+from ..kvcache_base import KVCacheBase
+from ..layout import CACHE_KINDS, Q8_GROUP, TURBO_GROUP, turbo_bits
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 
 __all__ = ["CACHE_KINDS", "q8_quantize", "q8_dequantize", "turbo_quantize", "turbo_dequantize",
            "bf16_bits", "bf16_from_bits", "KVCache", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
-
-CACHE_KINDS = _golden.CACHE_KINDS
-Q8_GROUP, TURBO_GROUP = _golden.Q8_GROUP, _golden.TURBO_GROUP
 
 _THREADS = 128
 _MAX_GRID = 1 << 20
@@ -36,8 +36,6 @@ def _grid(work, per_block):
 def _k(fn):
     return kernel("kvcache", fn)
 
-
-_check_bits = _golden._check_bits
 
 # ---- rungs ----------------------------------------------------------------------------------
 RUNGS = {"q8_append": ("v0", "v1"), "turbo_append": ("v0", "v1")}
@@ -58,10 +56,10 @@ def rung_kernel(family, impl=None, **shape):
         return f"{family}_v0"
     if family == "q8_append":
         return "kv_append_q8"
-    hd = shape.get("head_dim")
+    hd, cap = shape.get("head_dim"), KVCache.max_turbo_head_dim
     if isinstance(hd, bool) or not isinstance(hd, (int, np.integer)) or hd < 16 \
-            or hd & (hd - 1) or hd > KVCache._turbo_max_hd:
-        raise ValueError(f"head_dim must be a power of two in [16, {KVCache._turbo_max_hd}] "
+            or hd & (hd - 1) or hd > cap:
+        raise ValueError(f"head_dim must be a power of two in [16, {cap}] "
                          f"for {family!r} {impl!r}, got {hd!r}")
     return f"kv_append_turbo_n{int(hd)}"
 
@@ -109,7 +107,7 @@ def turbo_quantize(x, bits, codes_out=None, d_out=None):
     x: cupy float32 [..., n], n % 16 == 0. Returns (codes uint8 [..., n // 16, 2 * bits],
     d float16 [..., n // 16]), bit-exact with golden.turbo_quantize.
     """
-    bits = _check_bits(bits)
+    bits = bits_arg(bits)
     check_array("x", x, np.float32)
     g = _groups_of("x", x, TURBO_GROUP)
     codes_out = out_array("codes_out", codes_out, x.shape[:-1] + (g, 2 * bits), np.uint8)
@@ -124,7 +122,7 @@ def turbo_quantize(x, bits, codes_out=None, d_out=None):
 
 def turbo_dequantize(codes, d, bits, out=None):
     """(c - (2**bits - 1) / 2) * float32(d): float32 [..., n] (exact)."""
-    bits = _check_bits(bits)
+    bits = bits_arg(bits)
     check_array("codes", codes, np.uint8)
     if codes.ndim < 2 or codes.shape[-1] != 2 * bits:
         raise ValueError(f"codes must be [..., groups, {2 * bits}] for bits={bits}, "
@@ -158,21 +156,6 @@ def bf16_from_bits(b, out=None):
 
 
 # ---- the cache ------------------------------------------------------------------------------
-def _side_alloc(side, nkv, max_t, hd):
-    """Zeroed storage for one side, as cupy arrays (shapes and dtypes of the golden's)."""
-    cp = cupy()
-    if side == "f32":
-        return {"data": cp.zeros((nkv, max_t, hd), cp.float32)}
-    if side == "bf16":
-        return {"data": cp.zeros((nkv, max_t, hd), cp.uint16)}
-    if side == "q8":
-        return {"q": cp.zeros((nkv, max_t, hd), cp.int8),
-                "d": cp.zeros((nkv, max_t, hd // Q8_GROUP), cp.float16)}
-    n = _golden._turbo_bits(side)
-    return {"codes": cp.zeros((nkv, max_t, hd // TURBO_GROUP, 2 * n), cp.uint8),
-            "d": cp.zeros((nkv, max_t, hd // TURBO_GROUP), cp.float16)}
-
-
 def _side_append(side, store, x, t0, max_t, store1=None, x1=None):
     """One launch: x [nb, nkv, hd] -> rows t0 .. t0+nb-1 of every kv head's stored side.
 
@@ -202,7 +185,7 @@ def _side_append(side, store, x, t0, max_t, store1=None, x1=None):
             _grid(warps, _THREADS // 32), block,
             (x, store["codes"], store["d"], x1, store1["codes"], store1["d"], np.int32(nb),
              np.int32(nkv), np.int32(max_t), np.int32(t0),
-             np.int32(_golden._turbo_bits(side)), np.int32(sides)))
+             np.int32(turbo_bits(side)), np.int32(sides)))
 
 
 def _side_append_v0(side, store, x, t0, max_t):
@@ -220,48 +203,29 @@ def _side_append_v0(side, store, x, t0, max_t):
         grid = _grid(nb * nkv, _THREADS)
         kernel("kvcache_v0", "turbo_append_v0")(
             grid, (_THREADS,),
-            (x, store["codes"], store["d"], *dims, np.int32(_golden._turbo_bits(side))))
+            (x, store["codes"], store["d"], *dims, np.int32(turbo_bits(side))))
 
 
-def _side_decode(side, store, t_len):
-    """Stored tokens [0, t_len) -> cupy float32 [nkv, t_len, hd] (rotated domain for turbo)."""
-    cp = cupy()
-    s = {name: cp.ascontiguousarray(a[:, :t_len]) for name, a in store.items()}
-    if side == "f32":
-        return s["data"]
-    if side == "bf16":
-        return bf16_from_bits(s["data"])
-    if side == "q8":
-        return q8_dequantize(s["q"], s["d"])
-    return turbo_dequantize(s["codes"], s["d"], _golden._turbo_bits(side))
-
-
-class KVCache(_golden._KVCacheState):
+class KVCache(KVCacheBase):
     """Per-sequence decode state on the GPU: K/V as stored, raw indexer keys, block keys, length.
 
     KVCache(cfg, max_t=4096, kind="f32"). Attributes as golden.KVCache: cfg, max_t, kind,
-    k_kind, v_kind, k_rotated, v_rotated, k_store, v_store (dicts of cupy arrays, the golden's
-    layout), idx_keys, blk_keys (cupy float32, or None), length (= len(cache)).
+    k_kind, v_kind, k_rotated, v_rotated, k_store, v_store (dicts of cupy arrays, the layout of
+    qwenref/layout.py), idx_keys, blk_keys (cupy float32, or None), length (= len(cache)).
+
+    The class body is qwenref.kvcache_base.KVCacheBase, as for golden.KVCache; this class
+    stores cupy arrays, and its append launches the kernels above.
     """
 
-    _turbo_max_hd = 1024          # the fused rotate + quantize append holds a row in registers
+    max_turbo_head_dim = 1024     # the fused rotate + quantize append holds a row in registers
 
-    def __init__(self, cfg, max_t=4096, kind="f32"):
-        self._init_state(cfg, max_t, kind)
-        cp = cupy()
-        hd = cfg.head_dim
-        self.k_store = _side_alloc(self.k_kind, cfg.nkv, self.max_t, hd)
-        self.v_store = _side_alloc(self.v_kind, cfg.nkv, self.max_t, hd)
-        if cfg.has_indexer:
-            ihd, R = cfg.indexer_head_dim, cfg.indexer_compress_ratio
-            self.idx_keys = cp.zeros((self.max_t, ihd), cp.float32)          # [max_t, ihd]
-            self.blk_keys = cp.zeros((self.max_t // R, ihd), cp.float32)     # [max_t // R, ihd]
-        else:
-            self.idx_keys = self.blk_keys = None
+    @property
+    def xp(self):
+        """The array module: cupy, imported (and a device looked for) on first use."""
+        return cupy()
 
     def __repr__(self):
-        return (f"gpu.KVCache(kind={self.kind!r}, len={self.length}, max_t={self.max_t}, "
-                f"nkv={self.cfg.nkv}, head_dim={self.cfg.head_dim})")
+        return "gpu." + super().__repr__()
 
     def append(self, k, v, index_k=None, *, impl=None):
         """Store nb tokens at positions len(self) .. len(self)+nb-1 and advance the length.
@@ -273,21 +237,27 @@ class KVCache(_golden._KVCacheState):
         Block keys are not computed here (gpu.update_block_keys does). Past max_t -> ValueError.
         impl: the rung of the q8 / turbo appends (RUNGS; None = "v1"); "v0" launches
         kvcache_v0.cu's kernels, one per side, and refuses turbo sides with head_dim > 256.
+        Arguments are checked (dtype, shape, device, contiguity; values are not read) before
+        anything is launched; the steps are KVCacheBase.append's.
         """
-        impl = _rung("q8_append", impl)       # both append families have the same rungs
+        # both append families have the same rungs
+        super().append(k, v, index_k, impl=_rung("q8_append", impl))
+
+    def _check_append(self, k, v, index_k, impl):
         cfg = self.cfg
         check_array("k", k, np.float32, (None, cfg.nkv, cfg.head_dim))
         nb = k.shape[0]
         check_array("v", v, np.float32, k.shape)
-        if self._check_index_k_given(index_k):
+        if self._index_k_given(index_k):
             check_array("index_k", index_k, np.float32, (nb, cfg.indexer_head_dim))
         if impl == "v0" and (self.k_rotated or self.v_rotated) \
                 and cfg.head_dim > _V0_TURBO_MAX_HD:
             raise ValueError(f"impl 'v0' holds a turbo row in a {_V0_TURBO_MAX_HD}-float local "
                              f"array: head_dim {cfg.head_dim} needs impl 'v1'")
-        t0, t1 = self._room(nb)
-        if nb == 0:
-            return
+        return k, v, index_k
+
+    def _store(self, k, v, t0, impl):
+        """Rotate (turbo), quantize and store K and V at token slots t0 .. t0+nb-1."""
         if impl == "v0":
             _side_append_v0(self.k_kind, self.k_store, k, t0, self.max_t)
             _side_append_v0(self.v_kind, self.v_store, v, t0, self.max_t)
@@ -296,28 +266,25 @@ class KVCache(_golden._KVCacheState):
         else:
             _side_append(self.k_kind, self.k_store, k, t0, self.max_t)
             _side_append(self.v_kind, self.v_store, v, t0, self.max_t)
-        if cfg.has_indexer:
-            self.idx_keys[t0:t1] = index_k
-        self.length = t1
 
-    def keys(self, t_len=None):
-        """Dequantized stored keys, cupy float32 [nkv, t_len, hd] (WHT-rotated iff k_rotated)."""
-        return _side_decode(self.k_kind, self.k_store, self._t_len(t_len))
-
-    def values(self, t_len=None):
-        """Dequantized stored values, cupy float32 [nkv, t_len, hd] (WHT-rotated iff v_rotated)."""
-        return _side_decode(self.v_kind, self.v_store, self._t_len(t_len))
-
-    def nbytes_per_token(self):
-        """Bytes of K+V storage per token (all kv heads), scales included."""
-        hd, nkv = self.cfg.head_dim, self.cfg.nkv
-        return nkv * (_golden._side_bytes_per_head(self.k_kind, hd)
-                      + _golden._side_bytes_per_head(self.v_kind, hd))
+    @staticmethod
+    def _decode(side, stored):
+        """A side's stored arrays of tokens [0, t_len) -> cupy float32 [nkv, t_len, hd]
+        (rotated domain for turbo), by the dequantize kernels (they read contiguous arrays)."""
+        cp = cupy()
+        s = {name: cp.ascontiguousarray(a) for name, a in stored.items()}
+        if side == "f32":
+            return s["data"]
+        if side == "bf16":
+            return bf16_from_bits(s["data"])
+        if side == "q8":
+            return q8_dequantize(s["q"], s["d"])
+        return turbo_dequantize(s["codes"], s["d"], turbo_bits(side))
 
     def to_golden(self):
         """A golden KVCache holding copies of these stored arrays, indexer keys and length."""
         cp = cupy()
-        g = _golden.KVCache(self.cfg, self.max_t, self.kind)
+        g = GoldenKVCache(self.cfg, self.max_t, self.kind)
         g.k_store = {name: cp.asnumpy(a) for name, a in self.k_store.items()}
         g.v_store = {name: cp.asnumpy(a) for name, a in self.v_store.items()}
         if self.idx_keys is not None:
@@ -329,7 +296,7 @@ class KVCache(_golden._KVCacheState):
     def from_golden(cls, g):
         """A GPU KVCache holding copies of a golden KVCache's arrays and length (for tests that
         start the GPU from a golden state)."""
-        if not isinstance(g, _golden.KVCache):
+        if not isinstance(g, GoldenKVCache):
             raise TypeError(f"g must be a golden KVCache, got {type(g).__name__}")
         cp = cupy()
         new = cls(g.cfg, g.max_t, g.kind)
@@ -338,14 +305,4 @@ class KVCache(_golden._KVCacheState):
         if g.idx_keys is not None:
             new.idx_keys, new.blk_keys = cp.asarray(g.idx_keys), cp.asarray(g.blk_keys)
         new.length = g.length
-        return new
-
-    def copy(self):
-        """An independent deep copy (stored arrays, indexer keys, length)."""
-        new = object.__new__(KVCache)
-        new.__dict__.update(self.__dict__)
-        new.k_store = {name: a.copy() for name, a in self.k_store.items()}
-        new.v_store = {name: a.copy() for name, a in self.v_store.items()}
-        if self.idx_keys is not None:
-            new.idx_keys, new.blk_keys = self.idx_keys.copy(), self.blk_keys.copy()
         return new

@@ -30,7 +30,7 @@ import types
 
 import numpy as np
 
-from ..golden.layer import _check_layer_args, _check_weights
+from ..weights import check_layer_args, check_weights
 from ._runtime import check_array, cupy
 
 __all__ = ["FullAttentionLayer", "DecodeGraph", "STAGES"]
@@ -95,11 +95,11 @@ class FullAttentionLayer:
 
     def __init__(self, cfg, w, sparse_v=0.0, n_splits=None, weight_format="f32"):
         cp = cupy()
-        _check_layer_args(weight_format, sparse_v, n_splits)
+        check_layer_args(weight_format, sparse_v, n_splits)
         self.cfg, self.sparse_v, self.n_splits = cfg, float(sparse_v), n_splits
         self.weight_format = weight_format
         c = cfg
-        self.has_mlp = _check_weights(c, w, weight_format)
+        self.has_mlp = check_weights(c, w, weight_format)
 
         def f32(name):
             return np.ascontiguousarray(np.asarray(w[name], dtype=np.float32))

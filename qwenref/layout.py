@@ -1,0 +1,112 @@
+"""layout — how a KV cache stores K and V: the formats' constants, the cache kinds, the stored
+arrays of each kind and their bytes per token.
+
+This is the one specification that the golden cache (qwenref.golden.kvcache), the GPU cache
+(qwenref.gpu.kvcache, whose kernels read the same arrays) and the byte counts of the benchmarks
+read. The formats themselves (how a value becomes a code) are defined by the golden quantizers.
+
+Cache kinds (CACHE_KINDS). A cache has two sides, K and V; side_kinds(kind) names their formats:
+  "f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2"   both sides in that format
+  "bf16k-turbo4v", "bf16k-turbo3v", "bf16k-turbo2v"            K in bf16, V in turbo4/3/2
+A turbo side is stored in the WHT-rotated domain (the rotation spreads outlier dims over the
+row before the n-bit quantizer sees it).
+
+Stored arrays of one side (side_arrays), head-major: kv head, then token slot, then the head's
+values, so one head's tokens are one contiguous run:
+  side "f32":    {"data": float32 [nkv, max_t, hd]}
+  side "bf16":   {"data": uint16  [nkv, max_t, hd]}            (bf16 bit patterns)
+  side "q8":     {"q": int8 [nkv, max_t, hd], "d": float16 [nkv, max_t, hd // 32]}
+  side "turboN": {"codes": uint8 [nkv, max_t, hd // 16, 2 * N],
+                  "d": float16 [nkv, max_t, hd // 16]}
+  indexer (cfg.has_indexer, indexer_arrays): idx_keys float32 [max_t, ihd] (raw keys),
+                             blk_keys float32 [max_t // R, ihd] (block keys, normed + roped)
+
+q8 is llama.cpp's Q8_0: groups of 32 values, an int8 code each and one float16 scale. turboN
+quantizes groups of 16 values to N-bit codes, packed little-endian into 2 * N bytes, with one
+float16 scale. Bytes per token and kv head (side_bytes_per_head) follow from the arrays: at
+hd 256, f32 1024, bf16 512, q8 256 + 16 = 272, turbo4 16 * (8 + 2) = 160, turbo2 96.
+"""
+import numpy as np
+
+__all__ = ["Q8_GROUP", "TURBO_GROUP", "Q8_LIMIT", "turbo_limit", "CACHE_KINDS", "SIDE_KINDS",
+           "side_kinds", "turbo_bits", "side_arrays", "indexer_arrays", "side_bytes_per_head",
+           "bytes_per_token"]
+
+Q8_GROUP = 32       # values per Q8_0 block (llama.cpp QK8_0)
+TURBO_GROUP = 16    # values per turbo group (one float16 scale each)
+
+# The largest max |x| of a group whose float16 scale stays finite: the scale amax / 127
+# rounds to inf from 65520 on. The quantizers refuse a group at or past it.
+Q8_LIMIT = 65520.0 * 127
+
+
+def turbo_limit(bits):
+    """max |x| of a group whose turbo scale amax / L (L = (2**bits - 1) / 2) stays finite in
+    float16 (below 65520)."""
+    return 65520.0 * ((1 << bits) - 1) / 2
+
+
+CACHE_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2",
+               "bf16k-turbo4v", "bf16k-turbo3v", "bf16k-turbo2v")
+SIDE_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2")
+
+
+def side_kinds(kind):
+    """Cache kind -> (k side kind, v side kind); a kind not in CACHE_KINDS is refused
+    (TypeError for a non-str, ValueError otherwise, naming `kind`)."""
+    if not isinstance(kind, str):
+        raise TypeError(f"kind must be a str, one of {CACHE_KINDS}, got {type(kind).__name__}")
+    if kind not in CACHE_KINDS:
+        raise ValueError(f"kind must be one of {CACHE_KINDS}, got {kind!r}")
+    if kind.startswith("bf16k-"):
+        return "bf16", kind[len("bf16k-"):-1]                                # 'bf16k-turbo4v'
+    return kind, kind
+
+
+def _check_side(side):
+    if side not in SIDE_KINDS:
+        raise ValueError(f"side must be one of {SIDE_KINDS}, got {side!r}")
+
+
+def turbo_bits(side):
+    """Bits per code of a turbo side ("turbo4" -> 4); 0 for the other sides."""
+    _check_side(side)
+    return int(side[len("turbo"):]) if side.startswith("turbo") else 0
+
+
+def side_arrays(side, nkv, max_t, hd):
+    """The arrays one side stores: {name: (shape, numpy dtype)}, data first, then its scales
+    (the table in the module docstring). Both caches allocate exactly these."""
+    _check_side(side)
+    rows = (nkv, max_t)
+    if side == "f32":
+        return {"data": (rows + (hd,), np.dtype(np.float32))}
+    if side == "bf16":
+        return {"data": (rows + (hd,), np.dtype(np.uint16))}
+    if side == "q8":
+        return {"q": (rows + (hd,), np.dtype(np.int8)),
+                "d": (rows + (hd // Q8_GROUP,), np.dtype(np.float16))}
+    n = turbo_bits(side)
+    return {"codes": (rows + (hd // TURBO_GROUP, 2 * n), np.dtype(np.uint8)),
+            "d": (rows + (hd // TURBO_GROUP,), np.dtype(np.float16))}
+
+
+def indexer_arrays(max_t, ihd, R):
+    """The indexer state a cache stores: {name: (shape, numpy dtype)} for idx_keys (one raw
+    key per token) and blk_keys (one key per complete block of R tokens)."""
+    return {"idx_keys": ((max_t, ihd), np.dtype(np.float32)),
+            "blk_keys": ((max_t // R, ihd), np.dtype(np.float32))}
+
+
+def side_bytes_per_head(side, hd):
+    """Bytes one token of one kv head takes in a side, scales included: the side's arrays
+    at one head and one token slot."""
+    return sum(int(np.prod(shape)) * dtype.itemsize
+               for shape, dtype in side_arrays(side, 1, 1, hd).values())
+
+
+def bytes_per_token(kind, nkv, hd):
+    """Bytes of K + V storage per token of a cache of this kind (all kv heads, scales
+    included): what one appended token adds, and what attention reads per visible token."""
+    k_side, v_side = side_kinds(kind)
+    return nkv * (side_bytes_per_head(k_side, hd) + side_bytes_per_head(v_side, hd))
