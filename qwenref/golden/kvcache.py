@@ -22,16 +22,12 @@ import numpy as np
 
 from .._args import bits_arg, check_finite, check_scales, f32_array
 from ..kvcache_base import KVCacheBase
-from ..layout import (CACHE_KINDS, Q8_GROUP, Q8_LIMIT, TURBO_GROUP, side_bytes_per_head,
-                      side_kinds, turbo_bits, turbo_limit)
+from ..layout import CACHE_KINDS, Q8_GROUP, Q8_LIMIT, TURBO_GROUP, turbo_bits, turbo_limit
 from .wht import wht_core
 
 __all__ = ["CACHE_KINDS", "q8_quantize", "q8_quantize_core", "q8_dequantize", "turbo_quantize",
            "turbo_quantize_core", "turbo_dequantize", "turbo_pack", "turbo_unpack", "bf16_round",
            "bf16_bits", "bf16_from_bits", "KVCache"]
-
-# qwenref/bench.py still imports these two by their old names; qwenref.layout has them now
-_side_kinds, _side_bytes_per_head = side_kinds, side_bytes_per_head
 
 
 # ---- argument checks ------------------------------------------------------------------------

@@ -1,29 +1,56 @@
-"""Compile every kernels_cuda/*.cu with nvcc for sm_90 and print each kernel's resource use.
+"""Compile every kernels_cuda/*.cu with nvcc for each GPU architecture a learner may own from
+sm_80 on, and print each kernel's resource use.
 
-    python -m qwenref.gpu.compile_check [FILE.cu ...]
+    python -m qwenref.gpu.compile_check [--no-cache] [--arch sm_XX ...] [FILE.cu ...]
 
 CI has nvcc but no GPU, so this is how a kernel that no longer builds fails CI, and how a
 register or spill regression shows up in the log. CuPy compiles the same sources with NVRTC at
-run time; nvcc here is only the build check (same -std=c++17). Kernels are extern "C", so ptxas
-reports plain names and no demangling is needed. Exit status: 1 if any file fails to compile,
-0 otherwise (also when nvcc is absent: then it says it skipped).
+run time for the GPU at hand; nvcc here is only the build check (same -std=c++17). What is
+compiled is the text NVRTC gets: kernel_source's, with the local headers pasted in, in a folder
+without the headers. Kernels are extern "C", so ptxas reports plain names and no demangling is
+needed.
+
+One nvcc per file builds every architecture (-gencode per arch, -fatbin: device code only, as
+NVRTC builds it). Results are cached under build/compile_check/ (in a checkout; else
+~/.cache/qwenref/compile_check) by a hash of the compiled text, the nvcc version, the flags and
+the architectures, so `make test`'s pytest run reuses this run's builds instead of repeating
+them. It prints the sm_90 resource table, one line per arch (kernels, most registers, spilling
+kernels, failed files) and, per arch, the launches that ask for more dynamic shared memory than
+a block may have there (sm_86 / sm_89: 99 KB). Exit status: 1 if any file fails to compile for
+any architecture, 0 otherwise (also when nvcc is absent: then it says it skipped).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["KernelInfo", "parse_ptxas", "find_nvcc", "compile_file", "main"]
+__all__ = ["ARCH", "ARCHS", "KernelInfo", "FileResult", "parse_ptxas", "find_nvcc",
+           "compile_file", "check_files", "default_cache_dir", "mma_smem_requests", "smem_notes",
+           "main"]
 
-ARCH = "sm_90"
+# Ampere A100 (80), Ampere consumer (86), Ada (89), Hopper (90) and Hopper's arch-specific
+# target (90a, what wgmma / setmaxnreg code would need). sm_87 (Jetson Orin) is left out.
+ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+ARCH = "sm_90"      # the per-kernel table's architecture: the kernels are tuned on an H200
+FLAGS = ("-std=c++17", "-Xptxas", "-v")
+_CACHE_FORMAT = 1   # bump when the JSON layout changes, so old entries miss
+
+# Dynamic shared memory one block may opt into (cudaFuncAttributeMaxDynamicSharedMemorySize
+# up to this) per architecture: CUDA C++ Programming Guide, technical specifications per
+# compute capability. sm_86 / sm_89 have 100 KB per SM and 99 KB per block.
+SMEM_OPTIN = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_89": 99 * 1024,
+              "sm_90": 227 * 1024, "sm_90a": 227 * 1024}
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -39,14 +66,41 @@ class KernelInfo:
     spill_stores: int = 0
     spill_loads: int = 0
     smem: int = 0           # static shared memory; dynamic shared memory is set at launch
+    arch: str = ""          # the sm_XX ptxas compiled it for
+
+
+@dataclass
+class FileResult:
+    """One file built for several architectures (what the cache stores, as JSON)."""
+    name: str
+    ok: bool
+    failed_archs: list = field(default_factory=list)
+    messages: str = ""          # nvcc's output other than ptxas info, all archs together
+    arch_messages: dict = field(default_factory=dict)   # per failed arch, from its own build
+    kernels: dict = field(default_factory=dict)          # arch -> [KernelInfo]
+    source_sha256: str = ""     # of the text compiled (the pasted source for kernels_cuda/)
+    seconds: float = 0.0        # nvcc time when it was built
+    cached: bool = False        # True when this run read it from the cache
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d.pop("cached")
+        return json.dumps(d, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "FileResult":
+        d = json.loads(text)
+        d["kernels"] = {a: [KernelInfo(**k) for k in ks] for a, ks in d["kernels"].items()}
+        return cls(**d, cached=True)
 
 
 def parse_ptxas(text: str) -> list[KernelInfo]:
-    """Kernels in the order ptxas reports them, from `nvcc -Xptxas -v` output."""
+    """Kernels in the order ptxas reports them, from `nvcc -Xptxas -v` output (each tagged with
+    the architecture of its 'Compiling entry function' line)."""
     out: list[KernelInfo] = []
     for line in text.splitlines():
         if m := _ENTRY.search(line):
-            out.append(KernelInfo(m.group(1)))
+            out.append(KernelInfo(m.group(1), arch=m.group(2)))
         elif not out:
             continue
         elif m := _FRAME.search(line):
@@ -58,16 +112,55 @@ def parse_ptxas(text: str) -> list[KernelInfo]:
     return out
 
 
-def compile_file(path: Path, nvcc: str = "nvcc") -> tuple[bool, list[KernelInfo], str]:
-    """(ok, kernels, nvcc's messages other than ptxas info) for one .cu file."""
+def _gencode(arch: str) -> list[str]:
+    return ["-gencode", f"arch=compute_{arch[3:]},code={arch}"]
+
+
+def _messages(text: str) -> str:
+    """nvcc's output without ptxas's info lines (errors and warnings remain)."""
+    return "\n".join(l for l in text.splitlines()
+                     if l.strip() and not l.startswith("ptxas info") and not _FRAME.search(l))
+
+
+def _nvcc(path: Path, nvcc: str, archs) -> tuple[int, str]:
+    # --threads 2: the archs of one file build two at a time, so both of CI's cores stay busy
+    # when one long file is the last one left (nvcc prints each step's ptxas report whole)
+    threads = ["--threads", "2"] if len(archs) > 1 else []
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [nvcc, f"-arch={ARCH}", "-std=c++17", "-Xptxas", "-v", "-c",
-               "-o", os.path.join(tmp, path.stem + ".o"), str(path)]
+        cmd = [nvcc, *FLAGS, *threads, *[g for a in archs for g in _gencode(a)], "-fatbin",
+               "-o", os.path.join(tmp, path.stem + ".fatbin"), str(path)]
         r = subprocess.run(cmd, capture_output=True, text=True)
-    text = r.stdout + r.stderr
-    other = "\n".join(l for l in text.splitlines()
-                      if l.strip() and not l.startswith("ptxas info") and not _FRAME.search(l))
-    return r.returncode == 0, parse_ptxas(text), other
+    return r.returncode, r.stdout + r.stderr
+
+
+def compile_file(path: Path, nvcc: str = "nvcc",
+                 archs=(ARCH,)) -> tuple[bool, list[KernelInfo], str]:
+    """(ok, kernels of every arch, nvcc's messages other than ptxas info) for one .cu file as it
+    is on disk, built by one nvcc for all `archs`; no cache."""
+    rc, text = _nvcc(Path(path), nvcc, archs)
+    return rc == 0, parse_ptxas(text), _messages(text)
+
+
+def _build(path: Path, nvcc: str, archs) -> FileResult:
+    """One nvcc for all archs; only when that fails, one per arch to say which ones fail (a
+    front-end error fails them all, a PTX feature only the older ones)."""
+    t0 = time.perf_counter()
+    rc, text = _nvcc(path, nvcc, archs)
+    kernels = {a: [] for a in archs}
+    for k in parse_ptxas(text):
+        kernels.setdefault(k.arch, []).append(k)
+    res = FileResult(path.name, rc == 0, messages=_messages(text), kernels=kernels)
+    if rc != 0:
+        for a in archs:
+            rc_a, text_a = _nvcc(path, nvcc, (a,))
+            res.kernels[a] = parse_ptxas(text_a)
+            if rc_a != 0:
+                res.failed_archs.append(a)
+                res.arch_messages[a] = _messages(text_a)
+        if not res.failed_archs:        # fails only together (e.g. out of memory): blame all
+            res.failed_archs = list(archs)
+    res.seconds = round(time.perf_counter() - t0, 2)
+    return res
 
 
 def find_nvcc() -> str | None:
@@ -77,6 +170,133 @@ def find_nvcc() -> str | None:
         if found is None and root and (Path(root) / "bin" / "nvcc").is_file():
             found = str(Path(root) / "bin" / "nvcc")
     return found
+
+
+_VERSIONS: dict = {}
+
+
+def _nvcc_version(nvcc: str) -> str:
+    """`nvcc --version`: part of the cache key, so a new toolkit rebuilds everything."""
+    if nvcc not in _VERSIONS:
+        r = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+        _VERSIONS[nvcc] = r.stdout.strip()
+    return _VERSIONS[nvcc]
+
+
+def default_cache_dir() -> Path:
+    """$QWENREF_COMPILE_CACHE, else build/compile_check in a checkout (git-ignored, and
+    `make clean` empties it), else ~/.cache/qwenref/compile_check."""
+    if env := os.environ.get("QWENREF_COMPILE_CACHE"):
+        return Path(env)
+    from ._runtime import _PKG
+    if (_PKG.parent / "pyproject.toml").is_file() and (_PKG.parent / "kernels_cuda").is_dir():
+        return _PKG.parent / "build" / "compile_check"
+    return Path.home() / ".cache" / "qwenref" / "compile_check"
+
+
+def _in_kernels_dir(path: Path) -> bool:
+    from ._runtime import kernels_dir
+    try:
+        return path.resolve().parent == kernels_dir().resolve()
+    except FileNotFoundError:
+        return False
+
+
+def _key(text: str, nvcc: str, archs) -> str:
+    h = hashlib.sha256()
+    for part in (str(_CACHE_FORMAT), _nvcc_version(nvcc), " ".join(FLAGS), " ".join(archs),
+                 text):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _check_one(path: Path, nvcc: str, archs, cache_dir: Path | None) -> FileResult:
+    """A file of kernels_cuda/ is built as kernel_source pastes it, in a folder without its
+    headers, and cached; any other file is built where it is and not cached (ad hoc use)."""
+    if not _in_kernels_dir(path):
+        res = _build(path, nvcc, archs)
+        res.source_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+        return res
+    from ._runtime import kernel_source
+    text = kernel_source(path.stem)
+    key = _key(text, nvcc, archs)
+    # one entry per (file, arch set): a run for fewer archs (--arch) leaves the full one alone
+    prefix = f"{path.stem}-{'-'.join(a[3:] for a in archs)}-"
+    entry = cache_dir / f"{prefix}{key[:20]}.json" if cache_dir else None
+    if entry is not None and entry.is_file():
+        try:
+            return FileResult.from_json(entry.read_text())
+        except (ValueError, TypeError, KeyError):
+            pass                                # unreadable (interrupted write): rebuild
+    with tempfile.TemporaryDirectory() as tmp:
+        pasted = Path(tmp) / path.name
+        pasted.write_text(text)
+        res = _build(pasted, nvcc, archs)
+    res.source_sha256 = hashlib.sha256(text.encode()).hexdigest()
+    if text == path.read_text():
+        shown = str(path)                       # nothing pasted: the line numbers are the file's
+    elif cache_dir is not None and not res.ok:
+        # headers pasted: messages' line numbers are the pasted text's; keep it to look at
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        shown = str(cache_dir / f"{path.stem}-pasted.cu")
+        Path(shown).write_text(text)
+    else:
+        shown = f"{path.name} (as pasted)"
+    res.messages = res.messages.replace(str(pasted), shown)
+    res.arch_messages = {a: m.replace(str(pasted), shown) for a, m in res.arch_messages.items()}
+    if entry is not None and res.ok:            # a failure is built again: it may be passing
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        for old in cache_dir.glob(f"{prefix}*.json"):       # older versions of this file
+            old.unlink(missing_ok=True)
+        tmp_entry = entry.with_suffix(f".{os.getpid()}.tmp")
+        tmp_entry.write_text(res.to_json())
+        os.replace(tmp_entry, entry)            # atomic: a reader never sees half an entry
+    return res
+
+
+def check_files(paths, nvcc: str, archs=ARCHS, cache_dir: Path | None = None,
+                jobs: int | None = None) -> list[FileResult]:
+    """Every file for every arch, from the cache where the key matches, else built: one nvcc
+    per file, `jobs` (default: CPU count) at a time, largest source first so the long builds
+    do not end up alone at the tail."""
+    paths = [Path(p) for p in paths]
+    order = sorted(range(len(paths)), key=lambda i: -paths[i].stat().st_size)
+    out: list = [None] * len(paths)
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        futs = {i: pool.submit(_check_one, paths[i], nvcc, tuple(archs), cache_dir)
+                for i in order}
+        for i, f in futs.items():
+            out[i] = f.result()
+    return out
+
+
+def mma_smem_requests() -> dict | None:
+    """{kernel (hd): dynamic shared memory bytes} of the mma attention kernels, from attention's
+    public mma_smem_bytes(hd, nt8) (the formula that mirrors the .cu's layout); None while
+    attention has no such public function (its formula is private: no copy of it here)."""
+    from . import attention as at
+    size = getattr(at, "mma_smem_bytes", None)
+    if size is None:
+        return None
+    return {f"attn_partials_q8_mma_n{nt8} (hd {hd})": size(hd, nt8)
+            for hd in at.MMA_HEAD_DIMS for nt8 in range(1, at.MMA_MAX_COLS // 8 + 1)}
+
+
+def smem_notes(sizes: dict | None, archs=ARCHS) -> list[str]:
+    """Launches that ask for more dynamic shared memory (sizes: {kernel: bytes}) than an arch
+    lets one block opt into: on such a GPU the launch fails unless the wrapper picks another
+    path. The other kernels' dynamic shared memory stays under the 48 KB every arch allows."""
+    if sizes is None:
+        return ["dynamic shared memory of the mma attention kernels not checked: "
+                "qwenref.gpu.attention has no public mma_smem_bytes(hd, nt8)"]
+    notes = []
+    for a in archs:
+        over = [f"{k} {b} B" for k, b in sizes.items() if b > SMEM_OPTIN[a]]
+        if over:
+            notes.append(f"{a}: dynamic smem over the {SMEM_OPTIN[a]} B one block may have: "
+                         + ", ".join(over) + "\n    (the wrapper must pick another path there)")
+    return notes
 
 
 def _kernel_files(args: list[str]) -> list[Path]:
@@ -89,10 +309,28 @@ def _kernel_files(args: list[str]) -> list[Path]:
         return []
 
 
+def _arch_line(arch: str, results: list[FileResult]) -> str:
+    ks = [(r.name, k) for r in results for k in r.kernels.get(arch, [])]
+    failed = [r.name for r in results if arch in r.failed_archs]
+    top = max(ks, key=lambda rk: rk[1].registers, default=None)
+    regs = f"{top[1].registers} ({top[1].name})" if top else "-"
+    spill = [k.name for _, k in ks if k.spill_stores or k.spill_loads]
+    some = ", ".join(spill[:2]) + (f", {len(spill) - 2} more" if len(spill) > 2 else "")
+    return (f"{arch:<7} {len(ks):>4} kernels  max regs {regs:<32} "
+            f"spilling {len(spill)}{f' ({some})' if spill else ''}  "
+            f"failed {', '.join(failed) if failed else '-'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m qwenref.gpu.compile_check", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="*", help="default: every kernels_cuda/*.cu")
+    ap.add_argument("--no-cache", action="store_true", help="rebuild, do not read or write "
+                    "the cache")
+    ap.add_argument("--jobs", type=int, default=None, help="nvcc processes at once (default: "
+                    "CPU count)")
+    ap.add_argument("--arch", action="append", choices=ARCHS, help="only this architecture "
+                    "(repeatable; default: all of " + " ".join(ARCHS) + ")")
     args = ap.parse_args(argv)
 
     nvcc = find_nvcc()
@@ -104,29 +342,46 @@ def main(argv: list[str] | None = None) -> int:
         print("compile_check: no kernels_cuda/*.cu files found; nothing to compile")
         return 0
 
-    # nvcc is mostly single-threaded; one job per core keeps CI's 2 cores busy.
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        results = list(pool.map(lambda f: compile_file(f, nvcc), files))
-
-    print(f"compile_check: nvcc -arch={ARCH} -Xptxas -v, {len(files)} file(s)")
+    archs = tuple(a for a in ARCHS if a in args.arch) if args.arch else ARCHS
+    table = ARCH if ARCH in archs else archs[-1]
+    cache_dir = None if args.no_cache else default_cache_dir()
+    t0 = time.perf_counter()
+    results = check_files(files, nvcc, archs, cache_dir, args.jobs)
+    wall = time.perf_counter() - t0
+    n_cached = sum(r.cached for r in results)
+    where = f", cache {cache_dir}" if cache_dir else ""
+    print(f"compile_check: nvcc {' '.join(FLAGS)} for {' '.join(archs)}, {len(files)} file(s): "
+          f"{len(files) - n_cached} built, {n_cached} cached, {wall:.1f} s{where}")
+    print(f"per kernel, {table}:")
     print(f"{'file':<18} {'kernel':<34} {'regs':>5} {'stack':>6} {'spill_st':>9} "
           f"{'spill_ld':>9} {'smem':>7}")
-    failed = []
-    for f, (ok, kernels, other) in zip(files, results):
-        if not ok:
-            failed.append(f.name)
-            print(f"{f.name:<18} FAILED TO COMPILE\n{other}")
+    for r in results:
+        if table in r.failed_archs:
+            print(f"{r.name:<18} FAILED TO COMPILE for {table}")
             continue
-        if other:  # warnings: shown, not fatal
-            print(f"{f.name}: nvcc says:\n{other}")
-        if not kernels:
-            print(f"{f.name:<18} (no kernels)")
-        for k in kernels:
+        if not r.kernels.get(table):
+            print(f"{r.name:<18} (no kernels)")
+        for k in r.kernels.get(table, []):
             spill = "  <- spills" if k.spill_stores or k.spill_loads else ""
-            print(f"{f.name:<18} {k.name:<34} {k.registers:>5} {k.stack:>6} {k.spill_stores:>9} "
+            print(f"{r.name:<18} {k.name:<34} {k.registers:>5} {k.stack:>6} {k.spill_stores:>9} "
                   f"{k.spill_loads:>9} {k.smem:>7}{spill}")
+    print("per arch:")
+    for a in archs:
+        print("  " + _arch_line(a, results))
+    if any(r.name == "attention.cu" for r in results):
+        for note in smem_notes(mma_smem_requests(), archs):
+            print(f"  note: {note}")
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        print(f"{r.name}: FAILED TO COMPILE for {', '.join(r.failed_archs)}")
+        for a in r.failed_archs:
+            print(f"--- {a}:\n{r.arch_messages.get(a) or r.messages}")
+    for r in results:
+        if r.ok and r.messages:     # warnings: shown, not fatal
+            print(f"{r.name}: nvcc says:\n{r.messages}")
     if failed:
-        print(f"compile_check: {len(failed)} file(s) failed: {', '.join(failed)}")
+        which = ", ".join(f"{r.name} ({' '.join(r.failed_archs)})" for r in failed)
+        print(f"compile_check: {len(failed)} file(s) failed: {which}")
         return 1
     return 0
 
