@@ -56,6 +56,7 @@ compile-check: $(STAMP)
 gpu-refresh:
 	$(PYTHON) -m pytest -q -m gpu tests/
 	$(PYTHON) -m qwenref.bench
+	$(PYTHON) -m qwenref.status
 	$(PYTHON) -m qwenref.notebooks --in-place
 
 clean:
