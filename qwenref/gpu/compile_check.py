@@ -109,21 +109,21 @@ def main(argv: list[str] | None = None) -> int:
         results = list(pool.map(lambda f: compile_file(f, nvcc), files))
 
     print(f"compile_check: nvcc -arch={ARCH} -Xptxas -v, {len(files)} file(s)")
-    print(f"{'file':<18} {'kernel':<34} {'regs':>5} {'stack':>6} {'spill_st':>9} "
+    print(f"{'file':<20} {'kernel':<34} {'regs':>5} {'stack':>6} {'spill_st':>9} "
           f"{'spill_ld':>9} {'smem':>7}")
     failed = []
     for f, (ok, kernels, other) in zip(files, results):
         if not ok:
             failed.append(f.name)
-            print(f"{f.name:<18} FAILED TO COMPILE\n{other}")
+            print(f"{f.name:<20} FAILED TO COMPILE\n{other}")
             continue
         if other:  # warnings: shown, not fatal
             print(f"{f.name}: nvcc says:\n{other}")
         if not kernels:
-            print(f"{f.name:<18} (no kernels)")
+            print(f"{f.name:<20} (no kernels)")
         for k in kernels:
             spill = "  <- spills" if k.spill_stores or k.spill_loads else ""
-            print(f"{f.name:<18} {k.name:<34} {k.registers:>5} {k.stack:>6} {k.spill_stores:>9} "
+            print(f"{f.name:<20} {k.name:<34} {k.registers:>5} {k.stack:>6} {k.spill_stores:>9} "
                   f"{k.spill_loads:>9} {k.smem:>7}{spill}")
     if failed:
         print(f"compile_check: {len(failed)} file(s) failed: {', '.join(failed)}")
