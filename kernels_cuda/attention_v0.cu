@@ -19,9 +19,11 @@
 //   at thr), so |out - golden| <= sum over golden's dropped i of p_i |v_i| per dim.
 // Rungs of the family:
 //   v0 (this file): attention_v0_<K>_<V>, a warp per (row, q head), one pass, scalar loads.
-//   v1 (attention.cu, attn_partials_<K>_<V> + attn_combine): a CTA per (row, kv head, split), each
-//      K/V load used by all n_rep heads, tiles prefetched, butterfly reduce-scatter, LSE combine.
-//   mma (attention.cu, attn_partials_q8_mma_n<NT8>): q8/q8 on tensor cores, all rows in one CTA.
+//   v1 (attention_v1.cu + attention_combine.cu, attn_partials_<K>_<V> + attn_combine): a CTA per
+//      (row, kv head, split), each K/V load used by all n_rep heads, tiles prefetched, butterfly
+//      reduce-scatter, LSE combine.
+//   mma (attention_mma.cu + attention_combine.cu, attn_partials_q8_mma_n<NT8>): q8/q8 on tensor
+//      cores, all rows in one CTA.
 
 #include <cuda_fp16.h>
 

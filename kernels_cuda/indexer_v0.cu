@@ -21,7 +21,7 @@
 // Rungs:
 //   update_block_keys: v0 (this file); v1 (indexer.cu, indexer_block_keys: a CTA per block).
 //   block_scores: v0 (this file); v1 (indexer.cu, indexer_block_scores: a warp per key).
-//   select: v0 (this file); v1 (indexer.cu, indexer_select_i<ITEMS>_q<Q>: a CTA per row,
+//   select: v0 (this file); v1 (indexer_select.cu, indexer_select_i<ITEMS>_q<Q>: a CTA per row,
 //           group-maximum filter, exact ranks of the few survivors, radix-select fallback).
 
 namespace {
@@ -95,7 +95,8 @@ extern "C" __global__ void block_scores_v0(
 }
 
 // scores [nb, nblk] -> sel_idx [nb, sel_w] (int32, -1 past sel_n), sel_n [nb], mask [nb, nblk]
-// (uint8). The same arguments as indexer.cu's indexer_select_i*_q*; thread 0 of CTA b = row b.
+// (uint8). The same arguments as indexer_select.cu's indexer_select_i*_q*; thread 0 of CTA b =
+// row b.
 extern "C" __global__ void select_v0(
     const float* __restrict__ scores, int nblk, int base_pos, int R, int kblk, int sel_w,
     int* __restrict__ sel_idx, int* __restrict__ sel_n, unsigned char* __restrict__ mask) {

@@ -191,7 +191,8 @@ _INTRO = (
 _LADDER_INTRO = (
     "Every rung of each kernel family, timed queued at the shapes below: rung 0 is the direct "
     "translation of the golden formula (`kernels_cuda/<stage>_v0.cu`), the later rungs are the "
-    "fast kernels (`kernels_cuda/<stage>.cu`); ✓ marks the rung the wrappers run by default. "
+    "fast kernels (the other `kernels_cuda/<stage>*.cu`: `attention_v1.cu`, `attention_mma.cu` "
+    "and `attention_combine.cu` for attention); ✓ marks the rung the wrappers run by default. "
     "\"% of floor\" is the time of one launch that only reads the same bytes "
     "(`kernels_cuda/stream.cu`) over the rung's time; \"× rung 0\" is rung 0's time over this "
     "rung's, at the same shape.")

@@ -1,7 +1,8 @@
 """Which decode-partials kernel the GPU wrapper picks, checked without a GPU: plan_rung (and
 choose_impl, rung_kernel and mma_kernel_name over it) are plain Python over the cache's kinds and
 the config (a golden cache has the same attributes), and every kernel name they can produce must
-exist in attention.cu. plan() with the split count given needs no GPU either."""
+exist in the module the wrapper loads it from (attention_v1.cu, attention_mma.cu,
+attention_combine.cu). plan() with the split count given needs no GPU either."""
 import dataclasses
 import re
 from pathlib import Path
@@ -12,7 +13,15 @@ import qwenref
 from qwenref import golden
 from qwenref.gpu import attention as A
 
-SRC = (Path(__file__).resolve().parent.parent / "kernels_cuda" / "attention.cu").read_text()
+KDIR = Path(__file__).resolve().parent.parent / "kernels_cuda"
+
+
+def _module_src(module):
+    """The source NVRTC compiles for the wrapper's module name (kernels are looked up there)."""
+    return (KDIR / f"{module}.cu").read_text()
+
+
+SRC_V1, SRC_MMA = _module_src(A._MODULE["v1"]), _module_src(A._MODULE["mma"])
 
 
 def cache(n_rep, kind="q8", hd=256):
@@ -27,9 +36,27 @@ def cache(n_rep, kind="q8", hd=256):
     (1, 6, True, "attn_partials_q8_mma_sel_n1"), (1, 2, True, "attn_partials_q8_mma_sel_n1")])
 def test_mma_kernel_name(nb, n_rep, sel, name):
     assert A.mma_kernel_name(nb, n_rep, sel) == name
-    # attention.cu declares it: ATTN_PARTIALS_MMA(<suffix>, ...) makes attn_partials_q8_mma_<suffix>
+    # the mma module declares it: ATTN_PARTIALS_MMA(<suffix>, ...) makes
+    # attn_partials_q8_mma_<suffix>
     suffix = name[len("attn_partials_q8_mma_"):]
-    assert re.search(rf"^ATTN_PARTIALS_MMA\({suffix},", SRC, re.M), name
+    assert re.search(rf"^ATTN_PARTIALS_MMA\({suffix},", SRC_MMA, re.M), name
+
+
+def test_each_module_holds_what_the_wrapper_loads_from_it():
+    """NVRTC compiles each module alone: the combine and the mma smem query must be in the
+    modules the wrapper names for them, and each partials family in its rung's module only."""
+    def literal_kernels(src):      # extern "C" kernels outside #define bodies
+        code = "\n".join(l for l in src.replace("\\\n", " ").splitlines()
+                         if not l.lstrip().startswith("#"))
+        code = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", code)
+        return re.findall(r'extern "C"\s+__global__\s+void\s+(\w+)\s*\(', code)
+
+    assert literal_kernels(_module_src(A._COMBINE_MODULE)) == [A._COMBINE]
+    assert literal_kernels(SRC_MMA) == ["attn_mma_smem_bytes"]   # the rest: ATTN_PARTIALS_MMA
+    assert literal_kernels(SRC_V1) == []                         # all by ATTN_PARTIALS
+    assert not re.search(r"^ATTN_PARTIALS\(", SRC_MMA, re.M)
+    assert not re.search(r"^ATTN_PARTIALS_MMA\(", SRC_V1, re.M)
+    assert A._MODULE["v0"] == "attention_v0"
 
 
 def test_selective_mma_kernel_takes_one_row_of_at_most_8_heads():
@@ -63,7 +90,7 @@ def test_choose_impl_other_kinds_and_forcing():
 
 
 # ---- rungs: v0 (attention_v0.cu), v1, mma ------------------------------------------------------
-SRC_V0 = (Path(__file__).resolve().parent.parent / "kernels_cuda" / "attention_v0.cu").read_text()
+SRC_V0 = _module_src(A._MODULE["v0"])
 
 
 def test_rungs():
@@ -82,7 +109,7 @@ def test_every_kind_has_a_kernel_on_each_rung(kind):
     pair = v0[len("attention_v0_"):]
     assert v1 == "attn_partials_" + pair
     assert re.search(rf"^ATTENTION_V0\({pair},", SRC_V0, re.MULTILINE), v0
-    assert re.search(rf"^ATTN_PARTIALS\({pair},", SRC, re.MULTILINE), v1
+    assert re.search(rf"^ATTN_PARTIALS\({pair},", SRC_V1, re.MULTILINE), v1
 
 
 @pytest.mark.parametrize("impl,shape,name", [

@@ -78,7 +78,7 @@ LITERAL = _literal_kernels()
 
 
 def test_literal_kernels_found():
-    assert len(LITERAL) > 30 and ("attention.cu", "attn_combine") in LITERAL
+    assert len(LITERAL) > 30 and ("attention_combine.cu", "attn_combine") in LITERAL
 
 
 @pytest.mark.parametrize("file,name", LITERAL, ids=[f"{f}-{n}" for f, n in LITERAL])

@@ -1,5 +1,5 @@
-"""Tensor-core decode partials (attn_partials_q8_mma_n<NT8> in kernels_cuda/attention.cu) against
-the golden model, and the wrapper's choice between it and v1.
+"""Tensor-core decode partials (attn_partials_q8_mma_n<NT8> in kernels_cuda/attention_mma.cu)
+against the golden model, and the wrapper's choice between it and v1.
 
 The cache is built by golden.KVCache.append (q8) and copied as stored into a gpu.KVCache, so both
 sides read identical bytes. References: golden.attn_partials per row over the row's visible
@@ -334,7 +334,7 @@ def test_smem_layout_matches_kernel(cp, gpu, hd, tuned):
     equal the kernel's own layout, under tuning options too (they reach the plan as
     arguments, not module state)."""
     from qwenref.gpu._runtime import kernel
-    # MMA_NW must divide hd / 32 (the .cu's rule), so 8 warps only at hd 256
+    # MMA_NW must divide hd / 32 (attention_mma.cu's rule), so 8 warps only at hd 256
     options = (("-DMMA_NSTAGE=3",) + (("-DMMA_NW=8",) if hd == 256 else ())) if tuned else ()
     gc = golden.KVCache(make_cfg(hd, 6), max_t=64, kind="q8")
     plans = [gpu_attention.plan_rung(gc, nb, options=options) for nb in (1, 2, 3, 5)]
@@ -342,7 +342,7 @@ def test_smem_layout_matches_kernel(cp, gpu, hd, tuned):
     assert plans[0].threads == (256 if tuned and hd == 256 else 128)
     assert len({p.options for p in plans}) == 1             # one module holds all four
     out = cp.zeros(4, np.int32)
-    kernel("attention", "attn_mma_smem_bytes", plans[0].options)((1,), (1,), (out,))
+    kernel("attention_mma", "attn_mma_smem_bytes", plans[0].options)((1,), (1,), (out,))
     assert cp.asnumpy(out).tolist() == [p.smem for p in plans]
 
 

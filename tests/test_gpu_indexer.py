@@ -1,5 +1,5 @@
-"""GPU indexer (kernels_cuda/indexer.cu) against the golden model: queries, block keys, block
-scores, and the per-row top-k selection (ids, token lists, masks).
+"""GPU indexer (kernels_cuda/indexer.cu, indexer_select.cu) against the golden model: queries,
+block keys, block scores, and the per-row top-k selection (ids, token lists, masks).
 
 Tolerances: the kernels sum the block means and the scores in float64 and round once, and run
 RoPE in float64, as golden does; they differ from golden only in summation order (~1e-16
@@ -12,9 +12,10 @@ gaps >= 1e-3 relative, and asserted), and on exact ties (identical block keys gi
 float32 scores on both sides: ties go to the lower index).
 
 Rungs: every test of update_block_keys, block_scores and select_rows runs on each rung in
-RUNGS (v0: kernels_cuda/indexer_v0.cu, v1: indexer.cu) with the same tolerances: v0 keeps v1's
-precision choices (float64 block mean, sum of squares, dot products, head sum and RoPE, each
-rounded to float32 once), so it is held to the same 16 ulps / 1 ulp / exact selection.
+RUNGS (v0: kernels_cuda/indexer_v0.cu, v1: indexer.cu + indexer_select.cu) with the same
+tolerances: v0 keeps v1's precision choices (float64 block mean, sum of squares, dot products,
+head sum and RoPE, each rounded to float32 once), so it is held to the same 16 ulps / 1 ulp /
+exact selection.
 """
 import numpy as np
 import pytest

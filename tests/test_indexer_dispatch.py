@@ -1,14 +1,18 @@
 """Which selection kernel the GPU wrapper launches, checked without a GPU: select_kernel_name is
-plain Python over (nblk, kblk), and every name it can produce must be instantiated in
-indexer.cu (SELECT_KERNELS(ITEMS) makes indexer_select_i<ITEMS>_q2/_q4/_q8)."""
+plain Python over (nblk, kblk), and every name it can produce must be instantiated in the module
+the wrapper loads it from, indexer_select.cu (SELECT_KERNELS(ITEMS) makes
+indexer_select_i<ITEMS>_q2/_q4/_q8); the other v1 kernels are in indexer.cu."""
 import re
 from pathlib import Path
 
 import pytest
 
+from qwenref.gpu import indexer as I
 from qwenref.gpu.indexer import MAX_BLOCKS, select_kernel_name
 
-SRC = (Path(__file__).resolve().parent.parent / "kernels_cuda" / "indexer.cu").read_text()
+KDIR = Path(__file__).resolve().parent.parent / "kernels_cuda"
+SRC = (KDIR / f"{I._SELECT_MODULE}.cu").read_text()
+SRC_V1 = (KDIR / "indexer.cu").read_text()
 ITEMS = {int(i) for i in re.findall(r"^SELECT_KERNELS\((\d+)\)", SRC, re.M)}
 
 
@@ -26,6 +30,18 @@ def test_every_name_is_instantiated():
     for nblk in range(1, MAX_BLOCKS + 1, 37):
         items = int(select_kernel_name(nblk, 32).split("_")[2][1:])
         assert items in ITEMS and 8 * 32 * items >= nblk > (8 * 32 * items // 2 if items > 1 else 0)
+
+
+def test_v1_kernels_are_in_their_modules():
+    """NVRTC compiles each module alone: the selection kernels only in indexer_select.cu, the
+    queries, block keys and scores in indexer.cu (kernel("indexer", ...))."""
+    for family in ("update_block_keys", "block_scores"):
+        name = I.rung_kernel(family, "v1")
+        assert re.search(rf'extern "C" __global__ void __launch_bounds__\([^)]*\) {name}\(',
+                         SRC_V1), name
+    assert re.search(r'indexer_norm_rope\(', SRC_V1)
+    assert not re.search(r"^SELECT_KERNELS\(", SRC_V1, re.M)
+    assert "indexer_block_scores(" not in SRC
 
 
 def test_too_many_blocks():

@@ -1,10 +1,10 @@
 """attention on the GPU — split-T decode partials, LSE combine, inverse WHT and gate
-(kernels_cuda/attention.cu).
+(kernels_cuda/attention_v1.cu, attention_mma.cu, attention_combine.cu; attention_v0.cu).
 
 Same meaning as qwenref.golden.attention, for a whole batch of rows over a gpu.KVCache: row b
 sees t_len = base_pos + b + 1 tokens densely, or, where sel_n[b] > 0, the sel_n[b] tokens
-sel_idx[b, :sel_n[b]]. Golden works in float64; the kernels in float32 (docs/tuning-log.md and the .cu
-header say where the sums differ).
+sel_idx[b, :sel_n[b]]. Golden works in float64; the kernels in float32 (docs/tuning-log.md and
+the .cu headers say where the sums differ).
 
 Shape letters: nb rows, nh q heads, nkv kv heads, hd head_dim, S splits, W selection width.
 
@@ -64,9 +64,9 @@ HEAD_DIMS = (64, 128, 256)
 MAX_SPLITS = 1024               # the combine keeps one weight per split in shared memory
 CHUNK = 32                      # split bounds are whole 32-token chunks (golden)
 LOG2E = 1.0 / math.log(2.0)
-_NWARP = 4                      # ATTN_NWARP in the .cu (threads per partials CTA = 128)
-_COMBINE_NT = 256               # COMBINE_NT in the .cu (threads per combine CTA)
-_DEFAULT_SHAPE = (256, 6)       # the .cu's ATTN_HD, ATTN_NREP defaults: no -D options needed
+_NWARP = 4                      # ATTN_NWARP in attention_v1.cu (threads per partials CTA = 128)
+_COMBINE_NT = 256               # COMBINE_NT in attention_combine.cu (threads per combine CTA)
+_DEFAULT_SHAPE = (256, 6)       # attention.cuh's ATTN_HD, ATTN_NREP defaults: no -D options
 _SMEM_LIMIT = 48 * 1024         # the warp-merge buffer is static shared memory
 _NULL = np.uint64(0)            # CuPy passes None as 0xffffffff, not NULL
 
@@ -78,6 +78,10 @@ DEFAULT_RUNG = {"attention": None}
 MMA_HEAD_DIMS = (128, 256)      # attn_partials_q8_mma_n<NT8>: q8/q8, no sparse V, dense / nb 1
 MMA_MAX_COLS = 32               # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
 _COMBINE = "attn_combine"       # the combine kernel after v1 / mma partials
+# the kernels_cuda module (NVRTC compiles each alone) of each rung's kernel, and the combine's;
+# a plan's options go to its rung's module, the combine's module takes none
+_MODULE = {"v0": "attention_v0", "v1": "attention_v1", "mma": "attention_mma"}
+_COMBINE_MODULE = "attention_combine"
 
 # Norm-wise relative error against golden (||gpu - golden|| / ||golden||) that each rung's
 # precision implies; an AttentionPlan carries its rung's (the bench checks against plan.tol).
@@ -153,7 +157,8 @@ def _check_rows(q, cache, base_pos, sel_idx, sel_n):
 
 
 def _shape_options(hd, n_rep):
-    """-D options of attention.cu's compile-time shape (none for the .cu's defaults)."""
+    """-D options of the partials' compile-time shape (attention.cuh; none for its
+    defaults)."""
     return () if (hd, n_rep) == _DEFAULT_SHAPE else (f"-DATTN_HD={hd}", f"-DATTN_NREP={n_rep}")
 
 
@@ -222,18 +227,20 @@ def auto_n_splits(kern, n_vis_max, nkv, nb, nwarp=_NWARP):
 
 # ---- the tensor-core (mma) kernel -------------------------------------------------------------
 def _mma_nw(hd, nt8, options=()):
-    """Warps per CTA of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Cfg in the .cu."""
+    """Warps per CTA of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Cfg (attention_mma.cu)."""
     return _opt_value(options, "MMA_NW", 0) or 4
 
 
 def _mma_nst(hd, nt8, options=()):
-    """Pipeline stages of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Cfg in the .cu."""
+    """Pipeline stages of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Cfg
+    (attention_mma.cu)."""
     return _opt_value(options, "MMA_NSTAGE", 0) or 2
 
 
 def _mma_smem_bytes(hd, nt8, options=()):
-    """Dynamic shared memory of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Lay in the .cu
-    (test_gpu_attention_mma checks it against the kernel's own attn_mma_smem_bytes)."""
+    """Dynamic shared memory of attn_partials_q8_mma_n<nt8>: mirrors mma_attn::Lay in
+    attention_mma.cu (test_gpu_attention_mma checks it against the kernel's own
+    attn_mma_smem_bytes)."""
     nw, nst = _mma_nw(hd, nt8, options), _mma_nst(hd, nt8, options)
     bt, ng, nch, ncol = 16 * nw, hd // 32, hd // 16, 8 * nt8
     pst = 8 * (nt8 if nt8 % 2 else nt8 + 1)
@@ -244,8 +251,8 @@ def _mma_smem_bytes(hd, nt8, options=()):
 def mma_kernel_name(nb, n_rep, selective=False):
     """The mma partials kernel for nb rows of n_rep heads: attn_partials_q8_mma_n<NT8> for dense
     rows, NT8 = ceil(nb * n_rep / 8); attn_partials_q8_mma_sel_n1 when the (single) row may be
-    selective. The selective path is a compile-time flag in the .cu, so dense rows never pay for
-    it."""
+    selective. The selective path is a compile-time flag in attention_mma.cu, so dense rows
+    never pay for it."""
     nt8 = -(-nb * n_rep // 8)
     if selective:
         if nb != 1 or nt8 != 1:
@@ -373,9 +380,9 @@ def plan_rung(cache, nb, *, sparse_v=0.0, selective=False, impl=None, options=()
 
 def _plan_kernel(p):
     """The compiled kernel of plan p (NVRTC on first use; _runtime.module caches it)."""
+    kern = kernel(_MODULE[p.rung], p.kernel, p.options)
     if p.rung == "v0":
-        return kernel("attention_v0", p.kernel, p.options)
-    kern = kernel("attention", p.kernel, p.options)
+        return kern
     if p.smem > 48 * 1024 and getattr(kern, "max_dynamic_shared_size_bytes", 0) < p.smem:
         kern.max_dynamic_shared_size_bytes = p.smem         # opt in above the 48 KB default
     return kern
@@ -500,13 +507,13 @@ def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None,
     the tokens sel_idx[b, :sel_n[b]] (int32, ascending, each < t_len; sel_n is clipped to W).
     Splits: golden split_bounds(n_vis_b, S); S = n_splits, or m_out.shape[1] when m_out is given,
     or the plan's (auto_n_splits / mma_n_splits). sparse_v > 0 drops from o a subset of the
-    tokens golden drops (the .cu header states the bound). Returns (m [nb, S, nh] (-inf for
-    empty splits), l [nb, S, nh], o [nb, S, nh, hd]), float32; m_out / l_out / o_out are used
-    when given (graph capture).
+    tokens golden drops (attention_v1.cu's header states the bound). Returns (m [nb, S, nh]
+    (-inf for empty splits), l [nb, S, nh], o [nb, S, nh, hd]), float32; m_out / l_out / o_out
+    are used when given (graph capture).
     impl: None picks the rung as plan_rung does ("mma" = tensor cores for q8/q8 dense or nb 1,
-    else "v1"); "v1" forces the CUDA-core kernel. The mma path rounds p * d_v to fp16 (the .cu
-    says by how much). impl="v0" raises ValueError: v0 reads each row in one pass and has no
-    partials (decode_attention(..., impl="v0")).
+    else "v1"); "v1" forces the CUDA-core kernel. The mma path rounds p * d_v to fp16
+    (attention_mma.cu says by how much). impl="v0" raises ValueError: v0 reads each row in one
+    pass and has no partials (decode_attention(..., impl="v0")).
     plan: an AttentionPlan (plan()) to launch instead of building one: ValueError unless it is
     the plan this call would build with impl=plan.rung (its n_splits may differ from the
     automatic one; n_splits / m_out must then agree with it). options: extra NVRTC options for
@@ -568,7 +575,7 @@ def _combine(m, l, o, inverse_wht, gate, out, lse_out):
         raise ValueError("o must be 16-byte aligned (the combine reads it as float4)")
     # dims per CTA: the whole row for the inverse WHT, else chunks of 64 (32) over more SMs
     dc = hd if inverse_wht else (64 if hd % 64 == 0 else 32)
-    kernel("attention", _COMBINE)(
+    kernel(_COMBINE_MODULE, _COMBINE)(
         (nh, nb, hd // dc), (_COMBINE_NT,),
         (m, l, o, np.int32(S), np.int32(hd), np.int32(dc), gate if gate is not None else _NULL,
          np.int32(bool(inverse_wht)), out, lse_out if lse_out is not None else _NULL))

@@ -353,17 +353,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"compile_check: nvcc {' '.join(FLAGS)} for {' '.join(archs)}, {len(files)} file(s): "
           f"{len(files) - n_cached} built, {n_cached} cached, {wall:.1f} s{where}")
     print(f"per kernel, {table}:")
-    print(f"{'file':<18} {'kernel':<34} {'regs':>5} {'stack':>6} {'spill_st':>9} "
+    print(f"{'file':<20} {'kernel':<34} {'regs':>5} {'stack':>6} {'spill_st':>9} "
           f"{'spill_ld':>9} {'smem':>7}")
     for r in results:
         if table in r.failed_archs:
-            print(f"{r.name:<18} FAILED TO COMPILE for {table}")
+            print(f"{r.name:<20} FAILED TO COMPILE for {table}")
             continue
         if not r.kernels.get(table):
-            print(f"{r.name:<18} (no kernels)")
+            print(f"{r.name:<20} (no kernels)")
         for k in r.kernels.get(table, []):
             spill = "  <- spills" if k.spill_stores or k.spill_loads else ""
-            print(f"{r.name:<18} {k.name:<34} {k.registers:>5} {k.stack:>6} {k.spill_stores:>9} "
+            print(f"{r.name:<20} {k.name:<34} {k.registers:>5} {k.stack:>6} {k.spill_stores:>9} "
                   f"{k.spill_loads:>9} {k.smem:>7}{spill}")
     print("per arch:")
     for a in archs:

@@ -1,5 +1,5 @@
 """indexer on the GPU — QSA queries, block keys, block scores and top-k block selection
-(kernels_cuda/indexer.cu).
+(kernels_cuda/indexer.cu; the selection: kernels_cuda/indexer_select.cu).
 
 Same meaning as qwenref.golden.indexer, batched: every function handles all nb rows in one
 launch per stage. Shape letters: nb rows, inh indexer heads, ihd indexer head width, R compress
@@ -15,9 +15,10 @@ as golden does, so GPU scores equal golden's float32 scores except in rare last-
 
 Rungs (impl=): update_block_keys, block_scores and select_rows take impl=None (the default
 rung, DEFAULT_RUNG), "v0" (kernels_cuda/indexer_v0.cu: a thread per block key, per (row,
-block) score, per row's selection; slow, to read next to golden) or "v1" (indexer.cu, the
-fast kernels). Every rung gets the same argument checks and out= handling and returns the same
-values; rung_kernel(family, impl, **shape) names the kernel a rung launches.
+block) score, per row's selection; slow, to read next to golden) or "v1" (indexer.cu and
+indexer_select.cu, the fast kernels). Every rung gets the same argument checks and out=
+handling and returns the same values; rung_kernel(family, impl, **shape) names the kernel a
+rung launches.
 """
 from __future__ import annotations
 
@@ -35,9 +36,10 @@ RUNGS = {"update_block_keys": ("v0", "v1"), "block_scores": ("v0", "v1"), "selec
 DEFAULT_RUNG = {"update_block_keys": "v1", "block_scores": "v1", "select": "v1"}
 
 MAX_IHD = 512               # MAX_IHD in indexer.cu (the norm/RoPE vector lives in smem)
-_SEL_THREADS = 256           # SEL_THREADS in indexer.cu
-MAX_BLOCKS = 8192            # SEL_MAX_BLOCKS in indexer.cu
-_SCORE_WARPS = 16           # block keys per scoring CTA (512 threads): SCORE_WARPS in the .cu
+_SEL_THREADS = 256           # SEL_THREADS in indexer_select.cu
+MAX_BLOCKS = 8192            # SEL_MAX_BLOCKS in indexer_select.cu
+_SCORE_WARPS = 16           # block keys per scoring CTA (512 threads): SCORE_WARPS in indexer.cu
+_SELECT_MODULE = "indexer_select"   # the v1 selection kernels' module (the rest: "indexer")
 _SMEM_LIMIT = 48 * 1024     # the scoring kernels' q rows: inh * ihd float64
 _V0_THREADS = 128           # threads per CTA of update_block_keys_v0 and block_scores_v0
 
@@ -258,11 +260,11 @@ def _launch_select(rung, scores, nb, nblk, base_pos, R, kblk, sel_idx, sel_n, ma
     if rung == "v0":
         kernel("indexer_v0", "select_v0")((nb,), (1,), args)      # a thread per row
     else:
-        kernel("indexer", select_kernel_name(nblk, kblk))((nb,), (_SEL_THREADS,), args)
+        kernel(_SELECT_MODULE, select_kernel_name(nblk, kblk))((nb,), (_SEL_THREADS,), args)
 
 
 def select_kernel_name(nblk, kblk):
-    """indexer.cu's selection kernel for rows of nblk block slots keeping kblk blocks:
+    """indexer_select.cu's selection kernel for rows of nblk block slots keeping kblk blocks:
     indexer_select_i<ITEMS>_q<Q>, ITEMS = the row's 32-block words per warp (8 warps) rounded up
     to a power of two, Q = the group count / 32 of its filter (G = 32 Q >= 2 (kblk-1); past
     kblk-1 = 128 the radix fallback runs, in any Q)."""
