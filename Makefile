@@ -36,11 +36,15 @@ endif
 demo: $(STAMP)
 	$(PY) -m qwenref.demo
 
-# The compile table goes first and pytest last, so the log ends on pytest's summary line;
+# The style checks (ruff for Python, clang-format for CUDA: one style, configured in
+# pyproject.toml and .clang-format) and the compile table go first and pytest last, so the log ends on pytest's summary line;
 # --durations shows what eats CI's 10-minute budget for the whole test command.
 # Notebooks are checked with nbval in lax mode: every cell must run without error; only cells
 # marked `# NBVAL_CHECK_OUTPUT` must reproduce their committed output.
 test: $(STAMP)
+	$(PY) -m ruff check qwenref tests
+	$(PY) -m ruff format --check qwenref tests
+	$(VENV)/bin/clang-format --dry-run -Werror kernels_cuda/*.cu kernels_cuda/*.cuh
 	$(PY) -m qwenref.gpu.compile_check
 	$(PY) -m pytest -q --durations=10 tests/ \
 	    $(if $(NOTEBOOKS),--nbval-lax --nbval-current-env notebooks/)

@@ -22,44 +22,44 @@ namespace {
 [[maybe_unused]] __device__ __forceinline__ float inf_f() { return __int_as_float(0x7f800000); }
 constexpr int HD = ATTN_HD;
 constexpr int NREP = ATTN_NREP;
-constexpr int SPLIT_CHUNK = 32;              // split bounds are whole chunks of 32 tokens (golden)
+constexpr int SPLIT_CHUNK = 32;  // split bounds are whole chunks of 32 tokens (golden)
 
 static_assert(HD == 64 || HD == 128 || HD == 256, "ATTN_HD must be 64, 128 or 256");
 static_assert(NREP >= 1 && NREP <= 32, "ATTN_NREP must be 1..32");
 
 [[maybe_unused]] __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
-  for (int o = 16; o; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
+    for (int o = 16; o; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
 }
 
 // In-place orthonormal WHT (Sylvester order) of `rows` vectors of length n in shared memory,
 // done by the whole block. Matches golden wht (x @ H.T / sqrt(n)) up to float32 rounding.
 [[maybe_unused]] __device__ void block_wht(float* x, int rows, int n) {
-  for (int h = 1; h < n; h <<= 1) {
-    __syncthreads();
-    for (int p = threadIdx.x; p < rows * (n / 2); p += blockDim.x) {
-      const int r = p / (n / 2), k = p % (n / 2);
-      const int i = r * n + (k / h) * (2 * h) + (k % h), j = i + h;
-      const float a = x[i], b = x[j];
-      x[i] = a + b;
-      x[j] = a - b;
+    for (int h = 1; h < n; h <<= 1) {
+        __syncthreads();
+        for (int p = threadIdx.x; p < rows * (n / 2); p += blockDim.x) {
+            const int r = p / (n / 2), k = p % (n / 2);
+            const int i = r * n + (k / h) * (2 * h) + (k % h), j = i + h;
+            const float a = x[i], b = x[j];
+            x[i] = a + b;
+            x[j] = a - b;
+        }
     }
-  }
-  __syncthreads();
-  const float s = 1.f / sqrtf(float(n));    // as gpu.wht: one multiply by float32(1/sqrt(n))
-  for (int p = threadIdx.x; p < rows * n; p += blockDim.x) x[p] *= s;
-  __syncthreads();
+    __syncthreads();
+    const float s = 1.f / sqrtf(float(n));  // as gpu.wht: one multiply by float32(1/sqrt(n))
+    for (int p = threadIdx.x; p < rows * n; p += blockDim.x) x[p] *= s;
+    __syncthreads();
 }
 
 // Split i of a visible list of n tokens: golden split_bounds, per = ceil(ceil(n/32)/S) chunks.
 [[maybe_unused]] __device__ __forceinline__ void split_range(int n, int S, int i, int& lo,
                                                              int& hi) {
-  const int chunks = (n + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
-  const int per = (chunks + S - 1) / S;
-  const long long a = (long long)i * per * SPLIT_CHUNK, b = a + (long long)per * SPLIT_CHUNK;
-  lo = int(a < n ? a : n);
-  hi = int(b < n ? b : n);
+    const int chunks = (n + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
+    const int per = (chunks + S - 1) / S;
+    const long long a = (long long)i * per * SPLIT_CHUNK, b = a + (long long)per * SPLIT_CHUNK;
+    lo = int(a < n ? a : n);
+    hi = int(b < n ? b : n);
 }
 
 }  // namespace

@@ -36,100 +36,100 @@
 namespace {
 
 constexpr int HD = ATTN_V0_HD;
-constexpr int DPL = HD / 32;                 // dims per lane
+constexpr int DPL = HD / 32;  // dims per lane
 static_assert(HD == 64 || HD == 128 || HD == 256, "ATTN_V0_HD must be 64, 128 or 256");
 
 __device__ int clamp_v0(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 __device__ float warp_sum_v0(float x) {
-  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
+    for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
 }
 
 // Element i of golden's wht: sum_j (-1)^popcount(i & j) x_j / sqrt(HD). H is symmetric and
 // orthonormal after the scale, so the same sum is also the inverse.
 __device__ float wht_at_v0(const float* x, int i) {
-  float acc = 0.f;
-  for (int j = 0; j < HD; ++j) acc += (__popc(i & j) & 1) ? -x[j] : x[j];
-  return acc * (1.f / sqrtf((float)HD));
+    float acc = 0.f;
+    for (int j = 0; j < HD; ++j) acc += (__popc(i & j) & 1) ? -x[j] : x[j];
+    return acc * (1.f / sqrtf((float)HD));
 }
 
 // golden output_gate: e^-|g| never overflows
 __device__ float sigmoid_v0(float g) {
-  const float z = expf(-fabsf(g));
-  return g >= 0.f ? 1.f / (1.f + z) : z / (1.f + z);
+    const float z = expf(-fabsf(g));
+    return g >= 0.f ? 1.f / (1.f + z) : z / (1.f + z);
 }
 
 template <int KK, int VK>
 __device__ void attention_v0_impl(const float* q, const KvSide k, const KvSide v, int nkv,
                                   int base_pos, const int* sel_idx, const int* sel_n, int sel_w,
                                   float qscale, float sparse_v, const float* gate, float* out) {
-  const int b = blockIdx.x, h = blockIdx.y, nh = gridDim.y, lane = threadIdx.x;
-  const int g = h / (nh / nkv);
-  __shared__ float buf[HD];
+    const int b = blockIdx.x, h = blockIdx.y, nh = gridDim.y, lane = threadIdx.x;
+    const int g = h / (nh / nkv);
+    __shared__ float buf[HD];
 
-  const int t_len = base_pos + b + 1;
-  int n_vis = t_len;
-  const int* list = nullptr;                 // null: dense, the token is its position
-  if (sel_n != nullptr) {
-    const int sn = clamp_v0(sel_n[b], 0, sel_w);
-    if (sn > 0) {
-      n_vis = sn;
-      list = sel_idx + (size_t)b * sel_w;
+    const int t_len = base_pos + b + 1;
+    int n_vis = t_len;
+    const int* list = nullptr;  // null: dense, the token is its position
+    if (sel_n != nullptr) {
+        const int sn = clamp_v0(sel_n[b], 0, sel_w);
+        if (sn > 0) {
+            n_vis = sn;
+            list = sel_idx + (size_t)b * sel_w;
+        }
     }
-  }
 
-  const size_t row = ((size_t)b * nh + h) * HD;       // of q, gate and out
-  float qd[DPL];
-  for (int j = 0; j < DPL; ++j) buf[lane + 32 * j] = q[row + lane + 32 * j];
-  __syncwarp();
-  for (int j = 0; j < DPL; ++j)
-    qd[j] = KK >= KV_TURBO2 ? wht_at_v0(buf, lane + 32 * j) : buf[lane + 32 * j];
-  __syncwarp();                              // buf is written again below
-
-  float m = __int_as_float(0xff800000), l = 0.f, o[DPL];   // m = -inf
-  for (int j = 0; j < DPL; ++j) o[j] = 0.f;
-  for (int pos = 0; pos < n_vis; ++pos) {
-    const int t = list ? clamp_v0(list[pos], 0, t_len - 1) : pos;
-    float part = 0.f;
-    for (int j = 0; j < DPL; ++j) part = fmaf(qd[j], load_kv<KK>(k, g, t, lane + 32 * j), part);
-    const float s = warp_sum_v0(part) * qscale;
-    const float m_new = fmaxf(m, s);
-    const float alpha = exp2f(m - m_new);    // 0 at the first token (m = -inf)
-    const float p = exp2f(s - m_new);
-    l = fmaf(l, alpha, p);
-    m = m_new;
-    const float pv = p < sparse_v * l ? 0.f : p;       // never with sparse_v = 0
-    for (int j = 0; j < DPL; ++j)
-      o[j] = fmaf(pv, load_kv<VK>(v, g, t, lane + 32 * j), o[j] * alpha);
-  }
-
-  float y[DPL];
-  for (int j = 0; j < DPL; ++j) y[j] = o[j] / l;   // l >= 1: the max token adds 2^0
-  if (VK >= KV_TURBO2) {
-    for (int j = 0; j < DPL; ++j) buf[lane + 32 * j] = y[j];
+    const size_t row = ((size_t)b * nh + h) * HD;  // of q, gate and out
+    float qd[DPL];
+    for (int j = 0; j < DPL; ++j) buf[lane + 32 * j] = q[row + lane + 32 * j];
     __syncwarp();
-    for (int j = 0; j < DPL; ++j) y[j] = wht_at_v0(buf, lane + 32 * j);
-  }
-  for (int j = 0; j < DPL; ++j) {
-    const int d = lane + 32 * j;
-    out[row + d] = gate != nullptr ? y[j] * sigmoid_v0(gate[row + d]) : y[j];
-  }
+    for (int j = 0; j < DPL; ++j)
+        qd[j] = KK >= KV_TURBO2 ? wht_at_v0(buf, lane + 32 * j) : buf[lane + 32 * j];
+    __syncwarp();  // buf is written again below
+
+    float m = __int_as_float(0xff800000), l = 0.f, o[DPL];  // m = -inf
+    for (int j = 0; j < DPL; ++j) o[j] = 0.f;
+    for (int pos = 0; pos < n_vis; ++pos) {
+        const int t = list ? clamp_v0(list[pos], 0, t_len - 1) : pos;
+        float part = 0.f;
+        for (int j = 0; j < DPL; ++j) part = fmaf(qd[j], load_kv<KK>(k, g, t, lane + 32 * j), part);
+        const float s = warp_sum_v0(part) * qscale;
+        const float m_new = fmaxf(m, s);
+        const float alpha = exp2f(m - m_new);  // 0 at the first token (m = -inf)
+        const float p = exp2f(s - m_new);
+        l = fmaf(l, alpha, p);
+        m = m_new;
+        const float pv = p < sparse_v * l ? 0.f : p;  // never with sparse_v = 0
+        for (int j = 0; j < DPL; ++j)
+            o[j] = fmaf(pv, load_kv<VK>(v, g, t, lane + 32 * j), o[j] * alpha);
+    }
+
+    float y[DPL];
+    for (int j = 0; j < DPL; ++j) y[j] = o[j] / l;  // l >= 1: the max token adds 2^0
+    if (VK >= KV_TURBO2) {
+        for (int j = 0; j < DPL; ++j) buf[lane + 32 * j] = y[j];
+        __syncwarp();
+        for (int j = 0; j < DPL; ++j) y[j] = wht_at_v0(buf, lane + 32 * j);
+    }
+    for (int j = 0; j < DPL; ++j) {
+        const int d = lane + 32 * j;
+        out[row + d] = gate != nullptr ? y[j] * sigmoid_v0(gate[row + d]) : y[j];
+    }
 }
 
 }  // namespace
 
 // one kernel per (K kind, V kind) pair; kscale / vscale are null for f32 and bf16 sides
-#define ATTENTION_V0(NAME, KK, VK)                                                              \
-  extern "C" __global__ void __launch_bounds__(32) attention_v0_##NAME(                         \
-      const float* q, const void* kdata, const __half* kscale, const void* vdata,               \
-      const __half* vscale, int nkv, int max_t, int base_pos, const int* sel_idx,               \
-      const int* sel_n, int sel_w, float qscale, float sparse_v, const float* gate,             \
-      float* out) {                                                                             \
-    attention_v0_impl<KK, VK>(q, KvSide{kdata, kscale, max_t, HD},                              \
-                              KvSide{vdata, vscale, max_t, HD}, nkv, base_pos, sel_idx, sel_n,  \
-                              sel_w, qscale, sparse_v, gate, out);                              \
-  }
+#define ATTENTION_V0(NAME, KK, VK)                                                                 \
+    extern "C" __global__ void __launch_bounds__(32)                                               \
+        attention_v0_##NAME(const float* q, const void* kdata, const __half* kscale,               \
+                            const void* vdata, const __half* vscale, int nkv, int max_t,           \
+                            int base_pos, const int* sel_idx, const int* sel_n, int sel_w,         \
+                            float qscale, float sparse_v, const float* gate, float* out) {         \
+        attention_v0_impl<KK, VK>(q, KvSide{kdata, kscale, max_t, HD},                             \
+                                  KvSide{vdata, vscale, max_t, HD}, nkv, base_pos, sel_idx, sel_n, \
+                                  sel_w, qscale, sparse_v, gate, out);                             \
+    }
 
 ATTENTION_V0(f32_f32, KV_F32, KV_F32)
 ATTENTION_V0(bf16_bf16, KV_BF16, KV_BF16)

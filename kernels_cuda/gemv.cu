@@ -66,23 +66,22 @@ __device__ __forceinline__ void unpack16(const int4 v, float* f) {
     }
 }
 
-__device__ __forceinline__ float silu_f(float g) {
-    return g / (1.0f + expf(fminf(-g, 80.0f)));
-}
+__device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(fminf(-g, 80.0f))); }
 
 // One CTA: ROWS output rows, split-K over THREADS threads (see the header).
 // Q8: w is int8 q with scales d; else w is float32 and d unused.
 template <bool Q8, int NB, int ROWS, int THREADS, int UNROLL>
-__device__ __forceinline__ void gemv_body(
-        const float* __restrict__ x, const void* __restrict__ w,
-        const __half* __restrict__ d, float* __restrict__ y, const float* __restrict__ resid,
-        int n_in, int n_out, int e0, int e1, int e2, int e3, int b0, int nb_total, int mode) {
-    constexpr int E = Q8 ? 16 : 4;                            // weights per 16-byte chunk
+__device__ __forceinline__ void gemv_body(const float* __restrict__ x, const void* __restrict__ w,
+                                          const __half* __restrict__ d, float* __restrict__ y,
+                                          const float* __restrict__ resid, int n_in, int n_out,
+                                          int e0, int e1, int e2, int e3, int b0, int nb_total,
+                                          int mode) {
+    constexpr int E = Q8 ? 16 : 4;  // weights per 16-byte chunk
     constexpr int NW = THREADS / 32;
     __shared__ float red[NW][NB * ROWS];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int o0 = blockIdx.x * ROWS;
-    const int nchunk = n_in / E;                              // 16-byte chunks per row
+    const int nchunk = n_in / E;  // 16-byte chunks per row
     const size_t row_bytes = Q8 ? (size_t)n_in : (size_t)n_in * 4;
 
     // Rows past n_out read row n_out - 1 (valid memory, no divergence) and are not stored.
@@ -129,7 +128,10 @@ __device__ __forceinline__ void gemv_body(
 #pragma unroll
                 for (int k = 0; k < E / 4; ++k) {
                     const float4 t = __ldg(xp + k);
-                    xv[4 * k] = t.x; xv[4 * k + 1] = t.y; xv[4 * k + 2] = t.z; xv[4 * k + 3] = t.w;
+                    xv[4 * k] = t.x;
+                    xv[4 * k + 1] = t.y;
+                    xv[4 * k + 2] = t.z;
+                    xv[4 * k + 3] = t.w;
                 }
 #pragma unroll
                 for (int r = 0; r < ROWS; ++r) {
@@ -146,7 +148,7 @@ __device__ __forceinline__ void gemv_body(
                     } else {
                         const int4 v = wv[u][r];
                         const float4 wf = float4{__int_as_float(v.x), __int_as_float(v.y),
-                                                      __int_as_float(v.z), __int_as_float(v.w)};
+                                                 __int_as_float(v.z), __int_as_float(v.w)};
                         float a = acc[b][r];
                         a = fmaf(xv[0], wf.x, a);
                         a = fmaf(xv[1], wf.y, a);
@@ -171,7 +173,7 @@ __device__ __forceinline__ void gemv_body(
         }
     __syncthreads();
 
-    if (mode == 1) {                                          // SwiGLU: ROWS/2 outputs per CTA
+    if (mode == 1) {  // SwiGLU: ROWS/2 outputs per CTA
         constexpr int P = ROWS / 2;
         if (tid >= NB * P) return;
         const int b = tid / P, p = tid - b * P;
@@ -202,24 +204,23 @@ __device__ __forceinline__ void gemv_body(
 }
 
 // One gemv_body instantiation as an extern "C" kernel NAME with __launch_bounds__ BOUNDS.
-#define GEMV_KERNEL_AS(NAME, BOUNDS, ISQ8, NB, ROWS, THREADS, UNROLL)                           \
-    extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                  \
-            const float* __restrict__ x, const void* __restrict__ w,                           \
-            const __half* __restrict__ d, float* __restrict__ y,                               \
-            const float* __restrict__ resid, int n_in, int n_out, int e0, int e1, int e2,      \
-            int e3, int b0, int nb_total, int mode) {                                          \
-        gemv_body<ISQ8, NB, ROWS, THREADS, UNROLL>(x, w, d, y, resid, n_in, n_out, e0, e1, e2, \
-                                                   e3, b0, nb_total, mode);                    \
+#define GEMV_KERNEL_AS(NAME, BOUNDS, ISQ8, NB, ROWS, THREADS, UNROLL)                              \
+    extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                      \
+        const float* __restrict__ x, const void* __restrict__ w, const __half* __restrict__ d,     \
+        float* __restrict__ y, const float* __restrict__ resid, int n_in, int n_out, int e0,       \
+        int e1, int e2, int e3, int b0, int nb_total, int mode) {                                  \
+        gemv_body<ISQ8, NB, ROWS, THREADS, UNROLL>(x, w, d, y, resid, n_in, n_out, e0, e1, e2, e3, \
+                                                   b0, nb_total, mode);                            \
     }
 
-#define GEMV_KERNEL(KIND, ISQ8, NB, ROWS, THREADS, UNROLL)                                      \
-    GEMV_KERNEL_AS(gemv_##KIND##_nb##NB##_r##ROWS##t##THREADS##u##UNROLL, (THREADS), ISQ8, NB,  \
+#define GEMV_KERNEL(KIND, ISQ8, NB, ROWS, THREADS, UNROLL)                                         \
+    GEMV_KERNEL_AS(gemv_##KIND##_nb##NB##_r##ROWS##t##THREADS##u##UNROLL, (THREADS), ISQ8, NB,     \
                    ROWS, THREADS, UNROLL)
 
 // As GEMV_KERNEL with __launch_bounds__(THREADS, MINB) (a register cap: more CTAs per SM), name
 // suffix m<MINB>.
-#define GEMV_KERNEL_MB(KIND, ISQ8, NB, ROWS, THREADS, UNROLL, MINB)                             \
-    GEMV_KERNEL_AS(gemv_##KIND##_nb##NB##_r##ROWS##t##THREADS##u##UNROLL##m##MINB,              \
+#define GEMV_KERNEL_MB(KIND, ISQ8, NB, ROWS, THREADS, UNROLL, MINB)                                \
+    GEMV_KERNEL_AS(gemv_##KIND##_nb##NB##_r##ROWS##t##THREADS##u##UNROLL##m##MINB,                 \
                    (THREADS, MINB), ISQ8, NB, ROWS, THREADS, UNROLL)
 
 // The configurations the wrappers use (qwenref/gpu/gemv.py _CFG picks one per kind and nb).
@@ -274,26 +275,26 @@ GEMV_KERNEL_MB(q8, true, 1, 4, 256, 2, 3)
 #endif
 
 extern "C" __global__ void q8_quantize_rows(const float* __restrict__ w,
-                                            signed char* __restrict__ q,
-                                            __half* __restrict__ d, long long n_groups) {
+                                            signed char* __restrict__ q, __half* __restrict__ d,
+                                            long long n_groups) {
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
-    for (long long g = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-         g < n_groups; g += warps) {
+    for (long long g = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); g < n_groups;
+         g += warps) {
         const float v = w[g * 32 + lane];
         float amax = fabsf(v);
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1)
             amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        const float d32 = amax / 127.0f;                      // IEEE division (no fast math)
+        const float d32 = amax / 127.0f;  // IEEE division (no fast math)
         const float id = d32 != 0.0f ? 1.0f / d32 : 0.0f;
-        q[g * 32 + lane] = (signed char)roundf(v * id);       // |v·id| <= 127 (+ rounding)
+        q[g * 32 + lane] = (signed char)roundf(v * id);  // |v·id| <= 127 (+ rounding)
         if (lane == 0) d[g] = __float2half_rn(d32);
     }
 }
 
-extern "C" __global__ void swiglu_interleaved(const float* __restrict__ gu,
-                                              float* __restrict__ act, int nb, int n_act) {
+extern "C" __global__ void swiglu_interleaved(const float* __restrict__ gu, float* __restrict__ act,
+                                              int nb, int n_act) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)nb * n_act) return;
     const long long b = i / n_act, j = i - b * n_act;

@@ -34,7 +34,7 @@ extern "C" __global__ void gemv_q8_v0(const float* __restrict__ x,
                                       int n_out) {
     const long long g = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
-    if (g >= (long long)nb * n_out) return;    // a whole warp leaves: blockDim is a multiple of 32
+    if (g >= (long long)nb * n_out) return;  // a whole warp leaves: blockDim is a multiple of 32
     const int b = (int)(g % nb), j = (int)(g / nb);
     const float* xb = x + (size_t)b * n_in;
     const signed char* qj = q + (size_t)j * n_in;

@@ -113,12 +113,18 @@ __device__ __forceinline__ void load_packed(const unsigned char* p, int nbytes, 
     } else if (aligned(p, 2)) {
         for (int k = 0; k < nbytes / 2; ++k) {
             const u64 w = reinterpret_cast<const unsigned short*>(p)[k];
-            if (k < 4) lo |= w << (16 * k); else hi |= w << (16 * (k - 4));
+            if (k < 4)
+                lo |= w << (16 * k);
+            else
+                hi |= w << (16 * (k - 4));
         }
     } else {
         for (int k = 0; k < nbytes; ++k) {
             const u64 w = p[k];
-            if (k < 8) lo |= w << (8 * k); else hi |= w << (8 * (k - 8));
+            if (k < 8)
+                lo |= w << (8 * k);
+            else
+                hi |= w << (8 * (k - 8));
         }
     }
 }
@@ -127,7 +133,7 @@ __device__ __forceinline__ void load_packed(const unsigned char* p, int nbytes, 
 __device__ __forceinline__ void put_bits(u64& lo, u64& hi, u64 w, int s, int n) {
     if (s < 64) {
         lo |= w << s;
-        if (s + n > 64) hi |= w >> (64 - s);                  // straddles the words (s > 0)
+        if (s + n > 64) hi |= w >> (64 - s);  // straddles the words (s > 0)
     } else {
         hi |= w << (s - 64);
     }
@@ -164,7 +170,7 @@ __device__ __forceinline__ void turbo_group_split(const float (&v)[PER], int par
 #pragma unroll
         for (int j = 0; j < 16; ++j) put_bits(lo, hi, turbo_code_t<B>(v[j], id), B * j, B);
     } else {
-        u64 w = 0ull;                                          // PER * B <= 64 bits
+        u64 w = 0ull;  // PER * B <= 64 bits
 #pragma unroll
         for (int j = 0; j < PER; ++j) w |= (u64)turbo_code_t<B>(v[j], id) << (B * j);
         put_bits(lo, hi, w, part * PER * B, PER * B);
@@ -204,7 +210,10 @@ extern "C" __global__ void q8_quantize_f32(const float* __restrict__ x, signed c
         if (live) {
             if (vec) {
                 const float4 t = *reinterpret_cast<const float4*>(x + off);
-                v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+                v[0] = t.x;
+                v[1] = t.y;
+                v[2] = t.z;
+                v[3] = t.w;
             } else {
                 for (int j = 0; j < 4; ++j) v[j] = x[off + j];
             }
@@ -220,7 +229,10 @@ extern "C" __global__ void q8_quantize_f32(const float* __restrict__ x, signed c
             if (vec) {
                 *reinterpret_cast<char4*>(q + off) = make_char4(c0, c1, c2, c3);
             } else {
-                q[off] = c0; q[off + 1] = c1; q[off + 2] = c2; q[off + 3] = c3;
+                q[off] = c0;
+                q[off + 1] = c1;
+                q[off + 2] = c2;
+                q[off + 3] = c3;
             }
             if (sub == 0) d[g] = d16;
         }
@@ -233,7 +245,7 @@ extern "C" __global__ void q8_dequantize_f32(const signed char* __restrict__ q,
     const bool vec = aligned(q, 4) && aligned(y, 16);
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
          i += (long long)gridDim.x * blockDim.x) {
-        const float s = __half2float(d[i >> 3]);          // 8 quads per group of 32
+        const float s = __half2float(d[i >> 3]);  // 8 quads per group of 32
         if (vec) {
             const char4 c = reinterpret_cast<const char4*>(q)[i];
             reinterpret_cast<float4*>(y)[i] =
@@ -262,8 +274,14 @@ __device__ __forceinline__ void turbo_quantize_body(const float* __restrict__ x,
         if (live && vec) {
             const float4 a = *reinterpret_cast<const float4*>(x + h * 8);
             const float4 b = *reinterpret_cast<const float4*>(x + h * 8 + 4);
-            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-            v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+            v[0] = a.x;
+            v[1] = a.y;
+            v[2] = a.z;
+            v[3] = a.w;
+            v[4] = b.x;
+            v[5] = b.y;
+            v[6] = b.z;
+            v[7] = b.w;
         } else {
 #pragma unroll
             for (int j = 0; j < 8; ++j) v[j] = live ? x[h * 8 + j] : 0.0f;
@@ -274,16 +292,33 @@ __device__ __forceinline__ void turbo_quantize_body(const float* __restrict__ x,
 
 extern "C" __global__ void turbo_quantize_f32(const float* __restrict__ x, unsigned char* codes,
                                               __half* d, long long groups, int bits) {
-    switch (bits) {                       // block-uniform: each case is a compile-time width
-        case 1: turbo_quantize_body<1>(x, codes, d, groups); break;
-        case 2: turbo_quantize_body<2>(x, codes, d, groups); break;
-        case 3: turbo_quantize_body<3>(x, codes, d, groups); break;
-        case 4: turbo_quantize_body<4>(x, codes, d, groups); break;
-        case 5: turbo_quantize_body<5>(x, codes, d, groups); break;
-        case 6: turbo_quantize_body<6>(x, codes, d, groups); break;
-        case 7: turbo_quantize_body<7>(x, codes, d, groups); break;
-        case 8: turbo_quantize_body<8>(x, codes, d, groups); break;
-        default: break;
+    switch (bits) {  // block-uniform: each case is a compile-time width
+        case 1:
+            turbo_quantize_body<1>(x, codes, d, groups);
+            break;
+        case 2:
+            turbo_quantize_body<2>(x, codes, d, groups);
+            break;
+        case 3:
+            turbo_quantize_body<3>(x, codes, d, groups);
+            break;
+        case 4:
+            turbo_quantize_body<4>(x, codes, d, groups);
+            break;
+        case 5:
+            turbo_quantize_body<5>(x, codes, d, groups);
+            break;
+        case 6:
+            turbo_quantize_body<6>(x, codes, d, groups);
+            break;
+        case 7:
+            turbo_quantize_body<7>(x, codes, d, groups);
+            break;
+        case 8:
+            turbo_quantize_body<8>(x, codes, d, groups);
+            break;
+        default:
+            break;
     }
 }
 
@@ -303,7 +338,8 @@ extern "C" __global__ void turbo_dequantize_f32(const unsigned char* __restrict_
         if (vec) {
 #pragma unroll
             for (int j = 0; j < 16; j += 4)
-                *reinterpret_cast<float4*>(y + g * 16 + j) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
+                *reinterpret_cast<float4*>(y + g * 16 + j) =
+                    make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
         } else {
 #pragma unroll
             for (int j = 0; j < 16; ++j) y[g * 16 + j] = v[j];
@@ -318,7 +354,8 @@ extern "C" __global__ void bf16_bits_f32(const float* __restrict__ x, unsigned s
         out[i] = bf16_rne(x[i]);
 }
 
-extern "C" __global__ void bf16_to_f32(const unsigned short* __restrict__ b, float* y, long long n) {
+extern "C" __global__ void bf16_to_f32(const unsigned short* __restrict__ b, float* y,
+                                       long long n) {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x)
         y[i] = __uint_as_float((unsigned)b[i] << 16);
@@ -329,7 +366,9 @@ extern "C" __global__ void bf16_to_f32(const unsigned short* __restrict__ b, flo
 // One warp per (b, h): warp index r = b * nkv + h (so src row r), 4 warps per block, grid-stride
 // (the loop bound is warp-uniform, so whole warps run every shuffle).
 
-__device__ __forceinline__ int first_warp() { return blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); }
+__device__ __forceinline__ int first_warp() {
+    return blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+}
 __device__ __forceinline__ int warp_stride() { return gridDim.x * (blockDim.x >> 5); }
 __device__ __forceinline__ long long cache_row(int r, int nkv, int max_t, int t0) {
     return (long long)(r % nkv) * max_t + t0 + r / nkv;
@@ -368,12 +407,11 @@ extern "C" __global__ void kv_append_bf16(const float* __restrict__ src, unsigne
 // q8: 4 lanes per group of 32, 8 consecutive values per lane (two float4 loads, one 8-byte
 // store of codes); a warp covers 1 KiB of src per step. amax over the 4 lanes by 2 xor-shuffles
 // (max is order-free, so the scale is the golden's bit for bit).
-extern "C" __global__ void kv_append_q8(const float* __restrict__ src0, signed char* q0,
-                                        __half* d0, const float* __restrict__ src1,
-                                        signed char* q1, __half* d1, int nb, int nkv, int hd,
-                                        int max_t, int t0, int sides) {
+extern "C" __global__ void kv_append_q8(const float* __restrict__ src0, signed char* q0, __half* d0,
+                                        const float* __restrict__ src1, signed char* q1, __half* d1,
+                                        int nb, int nkv, int hd, int max_t, int t0, int sides) {
     const int lane = threadIdx.x & 31, sub = lane & 3;
-    const int upr = hd >> 3;                                   // units of 8 per row
+    const int upr = hd >> 3;  // units of 8 per row
     const long long rows_side = (long long)nb * nkv;
     const long long units = sides * rows_side * upr;
     const bool vec = aligned(src0, 16) && aligned(src1, 16) && aligned(q0, 8) && aligned(q1, 8);
@@ -382,7 +420,7 @@ extern "C" __global__ void kv_append_q8(const float* __restrict__ src0, signed c
         const long long u = u0 + lane;
         const bool live = u < units;
         const long long row = u / upr;
-        const int e = (int)(u - row * upr) * 8;                // first value of this lane's 8
+        const int e = (int)(u - row * upr) * 8;  // first value of this lane's 8
         const int side = row >= rows_side ? 1 : 0;
         const int r = (int)(row - side * rows_side);
         const float* x = (side ? src1 : src0) + (long long)r * hd + e;
@@ -390,8 +428,14 @@ extern "C" __global__ void kv_append_q8(const float* __restrict__ src0, signed c
         if (live && vec) {
             const float4 a = *reinterpret_cast<const float4*>(x);
             const float4 b = *reinterpret_cast<const float4*>(x + 4);
-            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-            v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+            v[0] = a.x;
+            v[1] = a.y;
+            v[2] = a.z;
+            v[3] = a.w;
+            v[4] = b.x;
+            v[5] = b.y;
+            v[6] = b.z;
+            v[7] = b.w;
         } else {
 #pragma unroll
             for (int j = 0; j < 8; ++j) v[j] = live ? x[j] : 0.0f;
@@ -425,15 +469,14 @@ extern "C" __global__ void kv_append_q8(const float* __restrict__ src0, signed c
 // per warp), rotated by wht_regs<N> + the 1/sqrt(N) scale (bit-identical to gpu.wht), then each
 // group of 16 quantized by the 16/E lanes holding it (E >= 16: one or two whole groups per lane).
 template <int N, int B>
-__device__ __forceinline__ void append_turbo_rows(const float* __restrict__ src0,
-                                                  unsigned char* c0, __half* d0,
-                                                  const float* __restrict__ src1,
+__device__ __forceinline__ void append_turbo_rows(const float* __restrict__ src0, unsigned char* c0,
+                                                  __half* d0, const float* __restrict__ src1,
                                                   unsigned char* c1, __half* d1, int nb, int nkv,
                                                   int max_t, int t0, int sides) {
     constexpr int E = WhtShape<N>::E, L = WhtShape<N>::L, RPW = WhtShape<N>::RPW;
-    constexpr int G = N / 16;                                  // groups per row
+    constexpr int G = N / 16;  // groups per row
     constexpr int PER = E < 16 ? E : 16, GPL = E / PER, GL = 16 / PER;
-    constexpr int R = E >= 16 ? 1 : 16 / E;    // row sets per warp step, all loads issued first
+    constexpr int R = E >= 16 ? 1 : 16 / E;  // row sets per warp step, all loads issued first
     const int lane = threadIdx.x & 31, sub = lane % L, rsub = lane / L;
     const long long rows_side = (long long)nb * nkv, rows = sides * rows_side;
     const bool vec = aligned(src0, 16) && aligned(src1, 16);
@@ -454,7 +497,10 @@ __device__ __forceinline__ void append_turbo_rows(const float* __restrict__ src0
 #pragma unroll
                 for (int i = 0; i < E; i += 4) {
                     const float4 t = *reinterpret_cast<const float4*>(x + i);
-                    v[k][i] = t.x; v[k][i + 1] = t.y; v[k][i + 2] = t.z; v[k][i + 3] = t.w;
+                    v[k][i] = t.x;
+                    v[k][i + 1] = t.y;
+                    v[k][i + 2] = t.z;
+                    v[k][i + 3] = t.w;
                 }
             } else {
 #pragma unroll
@@ -472,7 +518,7 @@ __device__ __forceinline__ void append_turbo_rows(const float* __restrict__ src0
                 float p[PER];
 #pragma unroll
                 for (int j = 0; j < PER; ++j) p[j] = __fmul_rn(v[k][q * PER + j], scale);
-                const int gi = (sub * E) / 16 + q;             // group within the row
+                const int gi = (sub * E) / 16 + q;  // group within the row
                 turbo_group_split<B, PER>(p, sub % GL, live[k], cb + gi * 2 * B, db + gi);
             }
         }
@@ -484,21 +530,30 @@ __device__ __forceinline__ void append_turbo_n(const float* src0, unsigned char*
                                                const float* src1, unsigned char* c1, __half* d1,
                                                int nb, int nkv, int max_t, int t0, int bits,
                                                int sides) {
-    switch (bits) {       // the cache's widths; others are refused by the wrapper
-        case 8: append_turbo_rows<N, 8>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides); break;
-        case 4: append_turbo_rows<N, 4>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides); break;
-        case 3: append_turbo_rows<N, 3>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides); break;
-        case 2: append_turbo_rows<N, 2>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides); break;
-        default: break;
+    switch (bits) {  // the cache's widths; others are refused by the wrapper
+        case 8:
+            append_turbo_rows<N, 8>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides);
+            break;
+        case 4:
+            append_turbo_rows<N, 4>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides);
+            break;
+        case 3:
+            append_turbo_rows<N, 3>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides);
+            break;
+        case 2:
+            append_turbo_rows<N, 2>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, sides);
+            break;
+        default:
+            break;
     }
 }
 
-#define KV_APPEND_TURBO(NN)                                                                    \
-    extern "C" __global__ void __launch_bounds__(128) kv_append_turbo_n##NN(                   \
-        const float* __restrict__ src0, unsigned char* c0, __half* d0,                         \
-        const float* __restrict__ src1, unsigned char* c1, __half* d1, int nb, int nkv,        \
-        int max_t, int t0, int bits, int sides) {                                              \
-        append_turbo_n<NN>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, bits, sides);       \
+#define KV_APPEND_TURBO(NN)                                                                        \
+    extern "C" __global__ void __launch_bounds__(128)                                              \
+        kv_append_turbo_n##NN(const float* __restrict__ src0, unsigned char* c0, __half* d0,       \
+                              const float* __restrict__ src1, unsigned char* c1, __half* d1,       \
+                              int nb, int nkv, int max_t, int t0, int bits, int sides) {           \
+        append_turbo_n<NN>(src0, c0, d0, src1, c1, d1, nb, nkv, max_t, t0, bits, sides);           \
     }
 KV_APPEND_TURBO(16)
 KV_APPEND_TURBO(32)

@@ -35,7 +35,7 @@ __device__ long long v0_cache_row(long long r, int nkv, int max_t, int t0) {
 
 extern "C" __global__ void q8_append_v0(const float* __restrict__ src, signed char* q, __half* d,
                                         int nb, int nkv, int hd, int max_t, int t0) {
-    const int groups = hd / 32;                                   // per row
+    const int groups = hd / 32;  // per row
     const long long units = (long long)nb * nkv * groups;
     for (long long u = (long long)blockIdx.x * blockDim.x + threadIdx.x; u < units;
          u += (long long)gridDim.x * blockDim.x) {
@@ -56,18 +56,18 @@ extern "C" __global__ void q8_append_v0(const float* __restrict__ src, signed ch
 extern "C" __global__ void turbo_append_v0(const float* __restrict__ src, unsigned char* codes,
                                            __half* d, int nb, int nkv, int hd, int max_t, int t0,
                                            int bits) {
-    if (hd > V0_MAX_HD || bits < 1 || bits > 8) return;          // refused by the wrapper
+    if (hd > V0_MAX_HD || bits < 1 || bits > 8) return;  // refused by the wrapper
     const float L = (float)((1 << bits) - 1) * 0.5f;
     const float off = (float)(1 << (bits - 1));
     const float cmax = (float)((1 << bits) - 1);
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)hd));
-    const int groups = hd / 16, nbytes = 2 * bits;               // per row; per group
+    const int groups = hd / 16, nbytes = 2 * bits;  // per row; per group
     const long long rows = (long long)nb * nkv;
     for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < rows;
          r += (long long)gridDim.x * blockDim.x) {
         float v[V0_MAX_HD];
         for (int i = 0; i < hd; ++i) v[i] = src[r * hd + i];
-        for (int h = 1; h < hd; h <<= 1) {                       // same passes as wht_regs.cuh
+        for (int h = 1; h < hd; h <<= 1) {  // same passes as wht_regs.cuh
             for (int i = 0; i < hd; ++i) {
                 if ((i & h) == 0) {
                     const float a = v[i], b = v[i + h];
@@ -89,7 +89,7 @@ extern "C" __global__ void turbo_append_v0(const float* __restrict__ src, unsign
             unsigned c[16];
             for (int j = 0; j < 16; ++j) {
                 const float t = floorf(__fadd_rn(__fmul_rn(p[j], id), off));
-                c[j] = (unsigned)fminf(fmaxf(t, 0.0f), cmax);    // fmaxf(NaN, 0) = 0
+                c[j] = (unsigned)fminf(fmaxf(t, 0.0f), cmax);  // fmaxf(NaN, 0) = 0
             }
             // bit s of the group's stream is bit s % bits of code s / bits (golden.turbo_pack)
             unsigned char* out = codes + (crow * groups + g) * nbytes;

@@ -32,7 +32,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float block_sum(float v, float* sh /* [32] */) {
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = warp_sum(v);
-    __syncthreads();                    // sh may still be read from the previous row
+    __syncthreads();  // sh may still be read from the previous row
     if (lane == 0) sh[wid] = v;
     __syncthreads();
     return warp_sum(lane < nw ? sh[lane] : 0.0f);
@@ -80,8 +80,9 @@ extern "C" __global__ void rms_norm_f32(const float* __restrict__ x, const float
             float4* y4 = reinterpret_cast<float4*>(yr);
             for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
                 const float4 v = x4[i], g = w4[i];
-                y4[i] = make_float4(norm1(v.x, r, g.x, zero_centered), norm1(v.y, r, g.y, zero_centered),
-                                    norm1(v.z, r, g.z, zero_centered), norm1(v.w, r, g.w, zero_centered));
+                y4[i] = make_float4(
+                    norm1(v.x, r, g.x, zero_centered), norm1(v.y, r, g.y, zero_centered),
+                    norm1(v.z, r, g.z, zero_centered), norm1(v.w, r, g.w, zero_centered));
             }
         } else {
             for (int i = threadIdx.x; i < n; i += blockDim.x)
@@ -120,9 +121,9 @@ extern "C" __global__ void add_rms_norm_f32(const float* x, const float* res,
             const float4* w4 = reinterpret_cast<const float4*>(w);
             for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
                 const float4 v = reinterpret_cast<const float4*>(s + o)[i], g = w4[i];
-                reinterpret_cast<float4*>(y + o)[i] =
-                    make_float4(norm1(v.x, r, g.x, zero_centered), norm1(v.y, r, g.y, zero_centered),
-                                norm1(v.z, r, g.z, zero_centered), norm1(v.w, r, g.w, zero_centered));
+                reinterpret_cast<float4*>(y + o)[i] = make_float4(
+                    norm1(v.x, r, g.x, zero_centered), norm1(v.y, r, g.y, zero_centered),
+                    norm1(v.z, r, g.z, zero_centered), norm1(v.w, r, g.w, zero_centered));
             }
         } else {
             for (int i = threadIdx.x; i < n; i += blockDim.x)

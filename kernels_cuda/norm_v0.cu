@@ -55,7 +55,7 @@ extern "C" __global__ void add_rms_norm_v0(const float* x, const float* res, con
         const long long o = row * n;
         float ss = 0.0f;
         for (int i = 0; i < n; ++i) {
-            const float v = __fadd_rn(x[o + i], res[o + i]);   // both read before s is written
+            const float v = __fadd_rn(x[o + i], res[o + i]);  // both read before s is written
             s[o + i] = v;
             ss = __fmaf_rn(v, v, ss);
         }

@@ -117,14 +117,15 @@ extern "C" __global__ void qk_norm_rope(const float* qg, const float* k,
     for (long long blk = blockIdx.x; blk < heads; blk += gridDim.x) {
         const int b = (int)(blk / (nh + nkv)), h = (int)(blk % (nh + nkv));
         const int pos = positions[b];
-        __syncwarp();   // the previous head's smem reads are done before it is overwritten
+        __syncwarp();  // the previous head's smem reads are done before it is overwritten
         if (h < nh) {
             head_norm_rope_warp(qg + ((long long)b * nh + h) * 2 * hd, q_weight,
                                 q_out + ((long long)b * nh + h) * hd, sm, hd, rd, pos, theta, eps);
         } else {
             const int hk = h - nh;
             head_norm_rope_warp(k + ((long long)b * nkv + hk) * hd, k_weight,
-                                k_out + ((long long)b * nkv + hk) * hd, sm, hd, rd, pos, theta, eps);
+                                k_out + ((long long)b * nkv + hk) * hd, sm, hd, rd, pos, theta,
+                                eps);
         }
     }
 }
@@ -143,9 +144,8 @@ extern "C" __global__ void qk_norm_rope(const float* qg, const float* k,
 // hd <= 128·NV and 16-byte aligned qg, k, q_out, k_out (the wrapper checks; else
 // qk_norm_rope above). Shared memory: (rd/2 + W·2·rd) floats.
 template <int NV, int HPW>
-__device__ __forceinline__ void qk_item_load(float4 (&x)[HPW][NV], int it, int ipt,
-                                             const float* qg, const float* k, int nh, int nkv,
-                                             int hd, int lane) {
+__device__ __forceinline__ void qk_item_load(float4 (&x)[HPW][NV], int it, int ipt, const float* qg,
+                                             const float* k, int nh, int nkv, int hd, int lane) {
     const long long b = it / ipt;
     const int h0 = (it - (int)b * ipt) * HPW, H = nh + nkv;
 #pragma unroll
@@ -177,7 +177,7 @@ __device__ __forceinline__ void qk_norm_rope_pipe(const float* qg, const float* 
     float* stage = cs_w + rd;
     for (int j = threadIdx.x; j < half; j += blockDim.x)
         f_tab[j] = (float)pow(theta, -(double)(2 * j) / (double)rd);
-    float wq[NV][4], wk[NV][4];                                // 1 + w for this lane's elements
+    float wq[NV][4], wk[NV][4];  // 1 + w for this lane's elements
 #pragma unroll
     for (int c = 0; c < NV; ++c) {
 #pragma unroll
@@ -187,7 +187,7 @@ __device__ __forceinline__ void qk_norm_rope_pipe(const float* qg, const float* 
             wk[c][e] = i < hd ? 1.0f + k_weight[i] : 0.0f;
         }
     }
-    __syncthreads();                                           // f_tab complete
+    __syncthreads();  // f_tab complete
     // Each warp takes a contiguous run of items (the wrapper keeps nb * ipt < 2^31), so
     // consecutive items share a token and cos/sin are recomputed only when the token changes:
     // ~2 sincosf per lane per run instead of one per item (an item is 2 of the 28 heads at
@@ -197,15 +197,15 @@ __device__ __forceinline__ void qk_norm_rope_pipe(const float* qg, const float* 
     const int per_warp = (items + n_warps - 1) / n_warps;
     int it = (blockIdx.x * W + w) * per_warp;
     const int it_end = min(items, it + per_warp);
-    int b_cs = -1;                                             // token of cs_w / sn_w
+    int b_cs = -1;  // token of cs_w / sn_w
     float4 xa[HPW][NV], xb[HPW][NV];
     if (it < it_end) qk_item_load<NV, HPW>(xa, it, ipt, qg, k, nh, nkv, hd, lane);
     for (; it < it_end; ++it) {
         if (it + 1 < it_end) qk_item_load<NV, HPW>(xb, it + 1, ipt, qg, k, nh, nkv, hd, lane);
         const int b = it / ipt;
         const int h0 = (it - b * ipt) * HPW;
-        if (b != b_cs) {                                       // warp-uniform
-            __syncwarp();                  // the previous token's table is no longer read
+        if (b != b_cs) {   // warp-uniform
+            __syncwarp();  // the previous token's table is no longer read
             const float pf = (float)positions[b];
             for (int j = lane; j < half; j += 32) {
                 float sn, cs;
@@ -219,7 +219,7 @@ __device__ __forceinline__ void qk_norm_rope_pipe(const float* qg, const float* 
 #pragma unroll
         for (int kk = 0; kk < HPW; ++kk) {
             const int h = h0 + kk;
-            if (h >= H) break;                                 // warp-uniform
+            if (h >= H) break;  // warp-uniform
             const bool isq = h < nh;
             float ss = 0.0f;
 #pragma unroll
@@ -246,7 +246,7 @@ __device__ __forceinline__ void qk_norm_rope_pipe(const float* qg, const float* 
             }
             __syncwarp();
             float* dst = isq ? q_out + ((long long)b * nh + h) * hd
-                           : k_out + ((long long)b * nkv + (h - nh)) * hd;
+                             : k_out + ((long long)b * nkv + (h - nh)) * hd;
 #pragma unroll
             for (int c = 0; c < NV; ++c) {
                 const int i0 = 4 * lane + 128 * c;
@@ -266,7 +266,7 @@ __device__ __forceinline__ void qk_norm_rope_pipe(const float* qg, const float* 
                 }
                 *reinterpret_cast<float4*>(dst + i0) = make_float4(y[0], y[1], y[2], y[3]);
             }
-            __syncwarp();                  // stage / table read before they are overwritten
+            __syncwarp();  // stage / table read before they are overwritten
         }
 #pragma unroll
         for (int kk = 0; kk < HPW; ++kk) {
@@ -276,17 +276,17 @@ __device__ __forceinline__ void qk_norm_rope_pipe(const float* qg, const float* 
     }
 }
 
-#define QK_NORM_ROPE_PIPE(SFX, NV, HPW, MINB)                                                  \
-    extern "C" __global__ void __launch_bounds__(256, MINB) qk_norm_rope_pipe_##SFX(           \
-        const float* qg, const float* k, const float* __restrict__ q_weight,                   \
-        const float* __restrict__ k_weight, const int* __restrict__ positions, float* q_out,   \
-        float* k_out, int nb, int nh, int nkv, int hd, int rd, double theta, float eps) {      \
-        qk_norm_rope_pipe<NV, HPW>(qg, k, q_weight, k_weight, positions, q_out, k_out, nb, nh, \
-                                   nkv, hd, rd, theta, eps);                                   \
+#define QK_NORM_ROPE_PIPE(SFX, NV, HPW, MINB)                                                      \
+    extern "C" __global__ void __launch_bounds__(256, MINB) qk_norm_rope_pipe_##SFX(               \
+        const float* qg, const float* k, const float* __restrict__ q_weight,                       \
+        const float* __restrict__ k_weight, const int* __restrict__ positions, float* q_out,       \
+        float* k_out, int nb, int nh, int nkv, int hd, int rd, double theta, float eps) {          \
+        qk_norm_rope_pipe<NV, HPW>(qg, k, q_weight, k_weight, positions, q_out, k_out, nb, nh,     \
+                                   nkv, hd, rd, theta, eps);                                       \
     }
-QK_NORM_ROPE_PIPE(v1, 1, 2, 4)     // hd <= 128
-QK_NORM_ROPE_PIPE(v2, 2, 2, 3)     // hd <= 256
-QK_NORM_ROPE_PIPE(v4, 4, 1, 2)     // hd <= 512
+QK_NORM_ROPE_PIPE(v1, 1, 2, 4)  // hd <= 128
+QK_NORM_ROPE_PIPE(v2, 2, 2, 3)  // hd <= 256
+QK_NORM_ROPE_PIPE(v4, 4, 1, 2)  // hd <= 512
 
 extern "C" __global__ void head_norm_rope(const float* x, long long row_stride,
                                           long long head_stride, const float* __restrict__ w,

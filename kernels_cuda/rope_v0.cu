@@ -26,8 +26,8 @@
 // head_norm_rope: v0 (this file) head_norm_rope_v0; v1 (rope.cu) head_norm_rope.
 
 // Normalize and rotate one head; y may be x itself.
-__device__ void norm_rope_head_v0(const float* x, const float* w, float* y, int hd, int rd,
-                                  int pos, double theta, float eps) {
+__device__ void norm_rope_head_v0(const float* x, const float* w, float* y, int hd, int rd, int pos,
+                                  double theta, float eps) {
     float ss = 0.0f;
     for (int i = 0; i < hd; ++i) ss = __fmaf_rn(x[i], x[i], ss);
     const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)hd), eps)));
@@ -56,12 +56,12 @@ extern "C" __global__ void qk_norm_rope_v0(const float* qg, const float* k, cons
         const long long b = t / H;
         const int h = (int)(t % H);
         if (h < nh) {
-            norm_rope_head_v0(qg + (b * nh + h) * 2 * hd, q_weight, q_out + (b * nh + h) * hd,
-                              hd, rd, positions[b], theta, eps);
+            norm_rope_head_v0(qg + (b * nh + h) * 2 * hd, q_weight, q_out + (b * nh + h) * hd, hd,
+                              rd, positions[b], theta, eps);
         } else {
             const int hk = h - nh;
-            norm_rope_head_v0(k + (b * nkv + hk) * hd, k_weight, k_out + (b * nkv + hk) * hd,
-                              hd, rd, positions[b], theta, eps);
+            norm_rope_head_v0(k + (b * nkv + hk) * hd, k_weight, k_out + (b * nkv + hk) * hd, hd,
+                              rd, positions[b], theta, eps);
         }
     }
 }
@@ -75,7 +75,7 @@ extern "C" __global__ void head_norm_rope_v0(const float* x, long long row_strid
     for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < heads; t += stride) {
         const long long b = t / nheads;
         const int h = (int)(t % nheads);
-        norm_rope_head_v0(x + b * row_stride + h * head_stride, w, y + t * hd, hd, rd,
-                          positions[b], theta, eps);
+        norm_rope_head_v0(x + b * row_stride + h * head_stride, w, y + t * hd, hd, rd, positions[b],
+                          theta, eps);
     }
 }

@@ -15,25 +15,25 @@
 // p 16-byte aligned, n16 = n / 16 words; out: one uint32 per CTA.
 #define STREAM_NT 256
 
-extern "C" __global__ void __launch_bounds__(STREAM_NT) stream_read(const int4* __restrict__ p,
-                                                                  long long n16, unsigned* out) {
-  __shared__ unsigned s_x[STREAM_NT / 32];
-  unsigned acc = 0;
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+extern "C" __global__ void __launch_bounds__(STREAM_NT)
+    stream_read(const int4* __restrict__ p, long long n16, unsigned* out) {
+    __shared__ unsigned s_x[STREAM_NT / 32];
+    unsigned acc = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 #pragma unroll 4
-  for (; i < n16; i += stride) {
-    const int4 v = __ldcs(p + i);
-    acc ^= (unsigned)(v.x ^ v.y ^ v.z ^ v.w);
-  }
+    for (; i < n16; i += stride) {
+        const int4 v = __ldcs(p + i);
+        acc ^= (unsigned)(v.x ^ v.y ^ v.z ^ v.w);
+    }
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
-  if (threadIdx.x % 32 == 0) s_x[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned x = 0;
+    for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+    if (threadIdx.x % 32 == 0) s_x[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned x = 0;
 #pragma unroll
-    for (int w = 0; w < STREAM_NT / 32; ++w) x ^= s_x[w];
-    out[blockIdx.x] = x;
-  }
+        for (int w = 0; w < STREAM_NT / 32; ++w) x ^= s_x[w];
+        out[blockIdx.x] = x;
+    }
 }

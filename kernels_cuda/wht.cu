@@ -54,7 +54,10 @@ __device__ __forceinline__ void wht_rows(const float* x, float* y, long long row
 #pragma unroll
             for (int i = 0; i < E; i += 4) {
                 const float4 t = *reinterpret_cast<const float4*>(x + off + i);
-                v[i] = t.x; v[i + 1] = t.y; v[i + 2] = t.z; v[i + 3] = t.w;
+                v[i] = t.x;
+                v[i + 1] = t.y;
+                v[i + 2] = t.z;
+                v[i + 3] = t.w;
             }
         } else {
 #pragma unroll
@@ -79,16 +82,30 @@ __device__ __forceinline__ void wht_rows(const float* x, float* y, long long row
 
 // One entry point per supported N (the wrapper picks by name).
 extern "C" __global__ void __launch_bounds__(128)
-wht_f32_n16(const float* x, float* y, long long rows) { wht_rows<16>(x, y, rows); }
+    wht_f32_n16(const float* x, float* y, long long rows) {
+    wht_rows<16>(x, y, rows);
+}
 extern "C" __global__ void __launch_bounds__(128)
-wht_f32_n32(const float* x, float* y, long long rows) { wht_rows<32>(x, y, rows); }
+    wht_f32_n32(const float* x, float* y, long long rows) {
+    wht_rows<32>(x, y, rows);
+}
 extern "C" __global__ void __launch_bounds__(128)
-wht_f32_n64(const float* x, float* y, long long rows) { wht_rows<64>(x, y, rows); }
+    wht_f32_n64(const float* x, float* y, long long rows) {
+    wht_rows<64>(x, y, rows);
+}
 extern "C" __global__ void __launch_bounds__(128)
-wht_f32_n128(const float* x, float* y, long long rows) { wht_rows<128>(x, y, rows); }
+    wht_f32_n128(const float* x, float* y, long long rows) {
+    wht_rows<128>(x, y, rows);
+}
 extern "C" __global__ void __launch_bounds__(128)
-wht_f32_n256(const float* x, float* y, long long rows) { wht_rows<256>(x, y, rows); }
+    wht_f32_n256(const float* x, float* y, long long rows) {
+    wht_rows<256>(x, y, rows);
+}
 extern "C" __global__ void __launch_bounds__(128)
-wht_f32_n512(const float* x, float* y, long long rows) { wht_rows<512>(x, y, rows); }
+    wht_f32_n512(const float* x, float* y, long long rows) {
+    wht_rows<512>(x, y, rows);
+}
 extern "C" __global__ void __launch_bounds__(128)
-wht_f32_n1024(const float* x, float* y, long long rows) { wht_rows<1024>(x, y, rows); }
+    wht_f32_n1024(const float* x, float* y, long long rows) {
+    wht_rows<1024>(x, y, rows);
+}

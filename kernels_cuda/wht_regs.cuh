@@ -21,9 +21,9 @@
 
 template <int N>
 struct WhtShape {
-    static constexpr int E = N >= 128 ? N / 32 : 4;     // elements per lane
-    static constexpr int L = N / E;                     // lanes per row (4, 8, 16 or 32)
-    static constexpr int RPW = 32 / L;                  // rows per warp
+    static constexpr int E = N >= 128 ? N / 32 : 4;  // elements per lane
+    static constexpr int L = N / E;                  // lanes per row (4, 8, 16 or 32)
+    static constexpr int RPW = 32 / L;               // rows per warp
 };
 
 template <int N>

@@ -22,15 +22,15 @@
 #define WHT_V0_MAX_N 1024
 
 extern "C" __global__ void __launch_bounds__(WHT_V0_MAX_N)
-wht_v0(const float* x, float* y, long long rows, int n) {
+    wht_v0(const float* x, float* y, long long rows, int n) {
     __shared__ float xs[WHT_V0_MAX_N];
-    const int i = threadIdx.x;                       // the output index in the row
-    const bool live = i < n;                         // the wrapper launches exactly n threads
+    const int i = threadIdx.x;  // the output index in the row
+    const bool live = i < n;    // the wrapper launches exactly n threads
     const float s = __fdiv_rn(1.0f, __fsqrt_rn((float)n));
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {   // same trips per block
-        __syncthreads();                             // the previous row is no longer read
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {  // same trips per block
+        __syncthreads();  // the previous row is no longer read
         if (live) xs[i] = x[row * n + i];
-        __syncthreads();                             // the whole row is in xs
+        __syncthreads();  // the whole row is in xs
         if (live) {
             float acc = 0.0f;
             for (int j = 0; j < n; ++j) {

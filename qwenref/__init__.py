@@ -6,10 +6,17 @@ What both share has one home each: ``qwenref.layout`` (cache kinds, stored array
 token), ``qwenref.weights`` (a layer's tensors and their checks), ``qwenref.kvcache_base`` (the
 KV cache's class body) and ``qwenref.config`` (the layer's shape).
 """
-from .config import AttnConfig
-from .checkpoint import LayerWeights, Checkpoint, load_checkpoint, write_random_checkpoint
-from . import golden
 
-__all__ = ["AttnConfig", "LayerWeights", "Checkpoint", "load_checkpoint",
-           "write_random_checkpoint", "golden"]
+from . import golden
+from .checkpoint import Checkpoint, LayerWeights, load_checkpoint, write_random_checkpoint
+from .config import AttnConfig
+
+__all__ = [
+    "AttnConfig",
+    "LayerWeights",
+    "Checkpoint",
+    "load_checkpoint",
+    "write_random_checkpoint",
+    "golden",
+]
 __version__ = "0.1.0"

@@ -4,6 +4,7 @@ Bad input raises before any arithmetic, state change or kernel launch sees it: a
 a wrong type or dtype, a ValueError for a wrong shape, range or value. Every message starts with
 the argument's name as the caller spelled it ("x must be finite: ...").
 """
+
 import weakref
 
 import numpy as np
@@ -52,7 +53,7 @@ def bits_arg(bits):
 def sparse_arg(sparse_v):
     """The sparse-V threshold: a float in [0, 1) (0 = exact attention)."""
     sparse_v = float_arg("sparse_v", sparse_v)
-    if not 0.0 <= sparse_v < 1.0:                # also rejects NaN
+    if not 0.0 <= sparse_v < 1.0:  # also rejects NaN
         raise ValueError(f"sparse_v must be in [0, 1), got {sparse_v!r}")
     return sparse_v
 
@@ -67,10 +68,15 @@ def check_finite(name, a):
     if not np.isfinite(a).all():
         bad = int(np.count_nonzero(~np.isfinite(a)))
         raise ValueError(f"{name} must be finite: {bad} of {a.size} values are NaN or +-inf")
-    if (a.dtype.itemsize > 4 and np.issubdtype(a.dtype, np.floating) and a.size
-            and np.abs(a).max() > _F32_MAX):
-        raise ValueError(f"{name} must be finite in float32: it holds values beyond "
-                         f"+-{_F32_MAX:.4g}")
+    if (
+        a.dtype.itemsize > 4
+        and np.issubdtype(a.dtype, np.floating)
+        and a.size
+        and np.abs(a).max() > _F32_MAX
+    ):
+        raise ValueError(
+            f"{name} must be finite in float32: it holds values beyond +-{_F32_MAX:.4g}"
+        )
     return a
 
 
@@ -79,8 +85,10 @@ def check_scales(name, d, limit):
     scale would dequantize to inf or NaN, so the group is refused, naming the argument and the
     largest max |value| a group may have (limit: layout.Q8_LIMIT or layout.turbo_limit)."""
     if not np.isfinite(d).all():
-        raise ValueError(f"{name}: a group's max |{name}| needs a scale beyond float16's range "
-                         f"(this format stores max |{name}| below {limit:.4g})")
+        raise ValueError(
+            f"{name}: a group's max |{name}| needs a scale beyond float16's range "
+            f"(this format stores max |{name}| below {limit:.4g})"
+        )
 
 
 def real_array(name, x, ints=True, ndim=None):
@@ -90,10 +98,9 @@ def real_array(name, x, ints=True, ndim=None):
     given, must match exactly (ValueError)."""
     try:
         a = np.asarray(x)
-    except (TypeError, ValueError) as e:         # ragged nested lists and the like
+    except (TypeError, ValueError) as e:  # ragged nested lists and the like
         raise TypeError(f"{name} must be an array: {e}") from None
-    if not (np.issubdtype(a.dtype, np.floating)
-            or (ints and np.issubdtype(a.dtype, np.integer))):
+    if not (np.issubdtype(a.dtype, np.floating) or (ints and np.issubdtype(a.dtype, np.integer))):
         kind = "real numeric" if ints else "floating-point"
         raise TypeError(f"{name} must be a {kind} array, got dtype {a.dtype}")
     if ndim is not None and a.ndim != ndim:
@@ -110,8 +117,8 @@ def f32_array(name, x, ints=True, ndim=None):
     with np.errstate(over="ignore"):
         f = a.astype(np.float32, copy=False)
     if not np.isfinite(f).all():
-        check_finite(name, a)                    # NaN / inf, or beyond float32
-        raise ValueError(f"{name} must be finite in float32")   # any other way to inf
+        check_finite(name, a)  # NaN / inf, or beyond float32
+        raise ValueError(f"{name} must be finite in float32")  # any other way to inf
     return f
 
 

@@ -22,6 +22,7 @@ tensor as stored (``model.layers.0.self_attn.v_proj.weight``) or the config fiel
 MoE checkpoints (``qwen3_next``, ``qwen3_5_moe``: experts instead of ``mlp.gate_proj``) load the
 attention weights only; ``LayerWeights.has_mlp`` is False and loading says so with a warning.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,13 @@ from ._args import bool_arg, int_arg
 from .config import AttnConfig
 from .weights import MLP_WEIGHTS, weight_shapes
 
-__all__ = ["LayerWeights", "Checkpoint", "load_checkpoint", "write_random_checkpoint",
-           "expected_shapes"]
+__all__ = [
+    "LayerWeights",
+    "Checkpoint",
+    "load_checkpoint",
+    "write_random_checkpoint",
+    "expected_shapes",
+]
 
 # The layer's tensors are listed in qwenref.weights (weight_shapes); the name this module gave
 # them stays, for notebooks and scripts that use it.
@@ -51,20 +57,43 @@ _INDEX = "model.safetensors.index.json"
 # safetensors dtype tag -> (numpy dtype of the stored bytes, bytes per element): the ones read
 _ST_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2), "F64": ("<f8", 8)}
 # bytes per element of the other safetensors dtypes, so any entry's byte range can be checked
-_ST_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2,
-                "I32": 4, "U32": 4, "I64": 8, "U64": 8,
-                **{k: v[1] for k, v in _ST_DTYPES.items()}}
-_MAX_HEADER = 100 * 2**20                    # safetensors' own limit on the JSON header
-_DTYPE_ALIASES = {"float32": "F32", "f32": "F32", "float16": "F16", "f16": "F16",
-                  "bfloat16": "BF16", "bf16": "BF16"}
+_ST_ITEMSIZE = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I16": 2,
+    "U16": 2,
+    "I32": 4,
+    "U32": 4,
+    "I64": 8,
+    "U64": 8,
+    **{k: v[1] for k, v in _ST_DTYPES.items()},
+}
+_MAX_HEADER = 100 * 2**20  # safetensors' own limit on the JSON header
+_DTYPE_ALIASES = {
+    "float32": "F32",
+    "f32": "F32",
+    "float16": "F16",
+    "f16": "F16",
+    "bfloat16": "BF16",
+    "bf16": "BF16",
+}
 # transformers' class-name stems, for the "architectures" entry of written configs
 _CLASS_STEMS = {"qwen3_5": "Qwen3_5", "qwen3_5_moe": "Qwen3_5Moe", "qwen3_next": "Qwen3Next"}
 # layer prefixes in order of preference when a checkpoint holds several stacks of layers
-_KNOWN_PREFIXES = ("model.language_model.layers.", "model.layers.",
-                   "language_model.model.layers.", "model.text_model.layers.")
+_KNOWN_PREFIXES = (
+    "model.language_model.layers.",
+    "model.layers.",
+    "language_model.model.layers.",
+    "model.text_model.layers.",
+)
 # what write_random_checkpoint may replace: a directory holding nothing else
-_CHECKPOINT_FILE = re.compile(r"config\.json|model\.safetensors(\.index\.json)?|"
-                              r"model-\d+-of-\d+\.safetensors")
+_CHECKPOINT_FILE = re.compile(
+    r"config\.json|model\.safetensors(\.index\.json)?|"
+    r"model-\d+-of-\d+\.safetensors"
+)
 
 
 class LayerWeights(dict):
@@ -86,8 +115,10 @@ class LayerWeights(dict):
         mlp = [n for n in MLP_WEIGHTS if n in self]
         if 0 < len(mlp) < len(MLP_WEIGHTS):
             missing = next(n for n in MLP_WEIGHTS if n not in self)
-            raise ValueError(f"missing tensor {missing!r}: a dense MLP needs all of "
-                             f"{list(MLP_WEIGHTS)} (a MoE layer has none of them)")
+            raise ValueError(
+                f"missing tensor {missing!r}: a dense MLP needs all of "
+                f"{list(MLP_WEIGHTS)} (a MoE layer has none of them)"
+            )
         for name, shape in weight_shapes(cfg, has_mlp=self.has_mlp).items():
             if name not in self:
                 raise ValueError(f"missing tensor {name!r}")
@@ -105,8 +136,10 @@ class LayerWeights(dict):
 def _check_entry(fname: str, name: str, meta, data_len: int) -> None:
     """One header entry: well-formed, and its bytes inside the file's data section."""
     if not isinstance(meta, dict) or not {"dtype", "shape", "data_offsets"} <= meta.keys():
-        raise ValueError(f"{fname}: tensor {name}: header entry must hold dtype, shape and "
-                         f"data_offsets, got {meta!r}")
+        raise ValueError(
+            f"{fname}: tensor {name}: header entry must hold dtype, shape and "
+            f"data_offsets, got {meta!r}"
+        )
     dtype, shape, offs = meta["dtype"], meta["shape"], meta["data_offsets"]
 
     def count(v):
@@ -116,17 +149,27 @@ def _check_entry(fname: str, name: str, meta, data_len: int) -> None:
         raise ValueError(f"{fname}: tensor {name}: dtype must be a string, got {dtype!r}")
     if not isinstance(shape, list) or not all(count(v) for v in shape):
         raise ValueError(f"{fname}: tensor {name}: shape must be a list of sizes, got {shape!r}")
-    if not (isinstance(offs, list) and len(offs) == 2 and all(count(v) for v in offs)
-            and offs[0] <= offs[1]):
-        raise ValueError(f"{fname}: tensor {name}: data_offsets must be [begin, end] with "
-                         f"0 <= begin <= end, got {offs!r}")
+    if not (
+        isinstance(offs, list)
+        and len(offs) == 2
+        and all(count(v) for v in offs)
+        and offs[0] <= offs[1]
+    ):
+        raise ValueError(
+            f"{fname}: tensor {name}: data_offsets must be [begin, end] with "
+            f"0 <= begin <= end, got {offs!r}"
+        )
     if offs[1] > data_len:
-        raise ValueError(f"{fname}: tensor {name} ends at byte {offs[1]} of the data section, "
-                         f"which holds {data_len} bytes: the file is truncated")
+        raise ValueError(
+            f"{fname}: tensor {name} ends at byte {offs[1]} of the data section, "
+            f"which holds {data_len} bytes: the file is truncated"
+        )
     size = _ST_ITEMSIZE.get(dtype)
     if size is not None and offs[1] - offs[0] != math.prod(shape) * size:
-        raise ValueError(f"{fname}: tensor {name}: {offs[1] - offs[0]} bytes stored, shape "
-                         f"{tuple(shape)} {dtype} needs {math.prod(shape) * size}")
+        raise ValueError(
+            f"{fname}: tensor {name}: {offs[1] - offs[0]} bytes stored, shape "
+            f"{tuple(shape)} {dtype} needs {math.prod(shape) * size}"
+        )
 
 
 def _read_header(file: Path) -> tuple[dict, int, int]:
@@ -139,12 +182,16 @@ def _read_header(file: Path) -> tuple[dict, int, int]:
             size = os.fstat(f.fileno()).st_size
             raw = f.read(8)
             if len(raw) != 8:
-                raise ValueError(f"{fname}: not a safetensors file ({size} bytes, shorter "
-                                 f"than the 8-byte header length)")
+                raise ValueError(
+                    f"{fname}: not a safetensors file ({size} bytes, shorter "
+                    f"than the 8-byte header length)"
+                )
             (n,) = struct.unpack("<Q", raw)
             if n > size - 8:
-                raise ValueError(f"{fname}: header length {n} runs past the end of the file "
-                                 f"({size} bytes): truncated, or not a safetensors file")
+                raise ValueError(
+                    f"{fname}: header length {n} runs past the end of the file "
+                    f"({size} bytes): truncated, or not a safetensors file"
+                )
             if n > _MAX_HEADER:
                 raise ValueError(f"{fname}: not a safetensors file (header length {n})")
             text = f.read(n)
@@ -155,8 +202,7 @@ def _read_header(file: Path) -> tuple[dict, int, int]:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{fname}: header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
-        raise ValueError(f"{fname}: header must be a JSON object, got a "
-                         f"{type(header).__name__}")
+        raise ValueError(f"{fname}: header must be a JSON object, got a {type(header).__name__}")
     header = dict(header)
     header.pop("__metadata__", None)
     for name, meta in header.items():
@@ -190,13 +236,17 @@ def _read_index(index: Path) -> dict:
         raise ValueError(f"{_INDEX}: has no 'weight_map' (tensor name -> shard file)")
     wm = data["weight_map"]
     if not isinstance(wm, dict):
-        raise ValueError(f"{_INDEX}: 'weight_map' must be an object (tensor name -> shard "
-                         f"file), got a {type(wm).__name__}")
+        raise ValueError(
+            f"{_INDEX}: 'weight_map' must be an object (tensor name -> shard "
+            f"file), got a {type(wm).__name__}"
+        )
     for name, f in wm.items():
         # a plain file name in the checkpoint directory; "../x" would read outside it
         if not isinstance(f, str) or f in ("", ".", "..") or Path(f).name != f:
-            raise ValueError(f"{_INDEX}: weight_map[{name!r}] must be a shard file name in "
-                             f"the checkpoint directory, got {f!r}")
+            raise ValueError(
+                f"{_INDEX}: weight_map[{name!r}] must be a shard file name in "
+                f"the checkpoint directory, got {f!r}"
+            )
     return dict(wm)
 
 
@@ -208,16 +258,24 @@ class Checkpoint:
     ckpt.has_mlp (False for MoE checkpoints), ckpt.stored_dtypes (set of safetensors dtype tags).
     """
 
-    def __init__(self, path: Path, config: AttnConfig, weight_map: dict, prefix: str,
-                 headers: dict, has_mlp: bool):
+    def __init__(
+        self,
+        path: Path,
+        config: AttnConfig,
+        weight_map: dict,
+        prefix: str,
+        headers: dict,
+        has_mlp: bool,
+    ):
         self.path = Path(path)
         self.config = config
         self.prefix = prefix
         self.has_mlp = has_mlp
-        self._weight_map = weight_map          # full tensor name -> shard file name
-        self._headers = headers                # shard file name -> (header, data offset, size)
-        self.full_attention_layers = [i for i, t in enumerate(config.layer_types)
-                                      if t == "full_attention"]
+        self._weight_map = weight_map  # full tensor name -> shard file name
+        self._headers = headers  # shard file name -> (header, data offset, size)
+        self.full_attention_layers = [
+            i for i, t in enumerate(config.layer_types) if t == "full_attention"
+        ]
         self.stored_dtypes = set()
         for i in self.full_attention_layers:
             for n in weight_shapes(config, has_mlp):
@@ -225,9 +283,11 @@ class Checkpoint:
                 self.stored_dtypes.add(headers[weight_map[full_name]][0][full_name]["dtype"])
 
     def __repr__(self):
-        return (f"Checkpoint({str(self.path)!r}, prefix={self.prefix!r}, "
-                f"full_attention_layers={self.full_attention_layers}, has_mlp={self.has_mlp}, "
-                f"stored={sorted(self.stored_dtypes)})")
+        return (
+            f"Checkpoint({str(self.path)!r}, prefix={self.prefix!r}, "
+            f"full_attention_layers={self.full_attention_layers}, has_mlp={self.has_mlp}, "
+            f"stored={sorted(self.stored_dtypes)})"
+        )
 
     def layer(self, i) -> LayerWeights:
         """Layer i's weights as float32; ValueError unless layer i is a full-attention layer.
@@ -238,13 +298,17 @@ class Checkpoint:
             raise TypeError(f"i must be an int, got {type(i).__name__}")
         n_layers = len(self.config.layer_types)
         if not 0 <= i < n_layers:
-            raise ValueError(f"i: layer {i} is out of range: config.json's layer_types has "
-                             f"{n_layers} layers; full-attention layers are "
-                             f"{self.full_attention_layers}")
+            raise ValueError(
+                f"i: layer {i} is out of range: config.json's layer_types has "
+                f"{n_layers} layers; full-attention layers are "
+                f"{self.full_attention_layers}"
+            )
         if i not in self.full_attention_layers:
-            raise ValueError(f"i: layer {i} is {self.config.layer_types[i]!r}, not a "
-                             f"full-attention layer; full-attention layers are "
-                             f"{self.full_attention_layers}")
+            raise ValueError(
+                f"i: layer {i} is {self.config.layer_types[i]!r}, not a "
+                f"full-attention layer; full-attention layers are "
+                f"{self.full_attention_layers}"
+            )
         names = list(weight_shapes(self.config, self.has_mlp))
         by_file: dict = {}
         for n in names:
@@ -263,14 +327,17 @@ class Checkpoint:
             for f, s in zip(full_names, short_names):
                 meta = header.get(f)
                 if meta != old_header[f] or data_start != old_start:
-                    raise ValueError(f"{fname}: changed on disk since load_checkpoint (tensor "
-                                     f"{f} moved or is gone); load the checkpoint again")
+                    raise ValueError(
+                        f"{fname}: changed on disk since load_checkpoint (tensor "
+                        f"{f} moved or is gone); load the checkpoint again"
+                    )
                 b0, b1 = meta["data_offsets"]
                 fh.seek(data_start + b0)
                 raw = fh.read(b1 - b0)
-                if len(raw) != b1 - b0:              # the file shrank while being read
-                    raise ValueError(f"{fname}: tensor {f} is cut short: {len(raw)} of "
-                                     f"{b1 - b0} bytes")
+                if len(raw) != b1 - b0:  # the file shrank while being read
+                    raise ValueError(
+                        f"{fname}: tensor {f} is cut short: {len(raw)} of {b1 - b0} bytes"
+                    )
                 a = _decode(raw, meta["dtype"]).reshape(meta["shape"])
                 if not np.isfinite(a).all():
                     bad = int(np.count_nonzero(~np.isfinite(a)))
@@ -283,12 +350,15 @@ class Checkpoint:
 def _find_prefix(names, first_full: int, source: str) -> str:
     """The prefix P such that P + "<first_full>.self_attn.q_proj.weight" is a tensor."""
     pat = re.compile(rf"^(.*?layers\.){first_full}\.self_attn\.q_proj\.weight$")
-    found = sorted({m.group(1) for n in names if (m := pat.match(n))
-                    and not m.group(1).startswith("mtp")})
+    found = sorted(
+        {m.group(1) for n in names if (m := pat.match(n)) and not m.group(1).startswith("mtp")}
+    )
     if not found:
-        raise ValueError(f"{source}: no tensor '<prefix>layers.{first_full}.self_attn."
-                         f"q_proj.weight' (layer {first_full} is the first full-attention "
-                         f"layer of config.json)")
+        raise ValueError(
+            f"{source}: no tensor '<prefix>layers.{first_full}.self_attn."
+            f"q_proj.weight' (layer {first_full} is the first full-attention "
+            f"layer of config.json)"
+        )
     for p in _KNOWN_PREFIXES:
         if p in found:
             return p
@@ -316,11 +386,13 @@ def load_checkpoint(path) -> Checkpoint:
         raise ValueError(f"config.json: missing from {path}")
     cfg = AttnConfig.from_hf(path / "config.json")
     if cfg.attention_bias:
-        raise ValueError("config.json: attention_bias is true, but qwenref's layer has no "
-                         "projection biases")
+        raise ValueError(
+            "config.json: attention_bias is true, but qwenref's layer has no projection biases"
+        )
     if cfg.hidden_act != "silu":
-        raise ValueError(f"config.json: hidden_act is {cfg.hidden_act!r}; qwenref's MLP is "
-                         f"SwiGLU ('silu')")
+        raise ValueError(
+            f"config.json: hidden_act is {cfg.hidden_act!r}; qwenref's MLP is SwiGLU ('silu')"
+        )
     full = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
     if not full:
         raise ValueError("config.json: layer_types has no 'full_attention' layer")
@@ -336,15 +408,18 @@ def load_checkpoint(path) -> Checkpoint:
     else:
         files = sorted(p.name for p in path.glob("*.safetensors"))
         if not files:
-            raise ValueError(f"path: no model.safetensors, {_INDEX} or other *.safetensors "
-                             f"file in {path}")
+            raise ValueError(
+                f"path: no model.safetensors, {_INDEX} or other *.safetensors file in {path}"
+            )
         headers = {f: _read_header(path / f) for f in files}
         weight_map = {}
         for f, (h, _, _) in headers.items():
             for n in h:
                 if n in weight_map:
-                    raise ValueError(f"{f}: tensor {n} is also in {weight_map[n]}; without "
-                                     f"{_INDEX} that is ambiguous")
+                    raise ValueError(
+                        f"{f}: tensor {n} is also in {weight_map[n]}; without "
+                        f"{_INDEX} that is ambiguous"
+                    )
                 weight_map[n] = f
         source = ", ".join(files)
 
@@ -359,15 +434,20 @@ def load_checkpoint(path) -> Checkpoint:
     mlp_present = {i: [n for n in MLP_WEIGHTS if f"{prefix}{i}.{n}" in weight_map] for i in full}
     has_mlp = any(mlp_present.values())
     if not has_mlp:
-        moe_hint = cfg.is_moe or any(f"{prefix}{full[0]}.mlp.experts." in n or
-                                     n == f"{prefix}{full[0]}.mlp.gate.weight"
-                                     for n in weight_map)
+        moe_hint = cfg.is_moe or any(
+            f"{prefix}{full[0]}.mlp.experts." in n or n == f"{prefix}{full[0]}.mlp.gate.weight"
+            for n in weight_map
+        )
         if not moe_hint:
-            raise ValueError(f"{source}: missing tensor {prefix}{full[0]}.mlp.gate_proj.weight "
-                             f"(model_type {cfg.model_type!r} is not a MoE model)")
-        warnings.warn(f"{path}: MoE checkpoint (model_type {cfg.model_type!r}): no dense MLP, "
-                      f"loading attention weights only (LayerWeights.has_mlp is False)",
-                      stacklevel=2)
+            raise ValueError(
+                f"{source}: missing tensor {prefix}{full[0]}.mlp.gate_proj.weight "
+                f"(model_type {cfg.model_type!r} is not a MoE model)"
+            )
+        warnings.warn(
+            f"{path}: MoE checkpoint (model_type {cfg.model_type!r}): no dense MLP, "
+            f"loading attention weights only (LayerWeights.has_mlp is False)",
+            stacklevel=2,
+        )
 
     shapes = weight_shapes(cfg, has_mlp)
     for i in full:
@@ -378,14 +458,19 @@ def load_checkpoint(path) -> Checkpoint:
             fname = weight_map[full_name]
             meta = header_of(fname).get(full_name)
             if meta is None:
-                raise ValueError(f"{fname}: missing tensor {full_name} ({_INDEX} says it is "
-                                 f"in this shard)")
+                raise ValueError(
+                    f"{fname}: missing tensor {full_name} ({_INDEX} says it is in this shard)"
+                )
             if meta["dtype"] not in _ST_DTYPES:
-                raise ValueError(f"{fname}: tensor {full_name} is stored as {meta['dtype']}; "
-                                 f"qwenref reads {sorted(_ST_DTYPES)} only")
+                raise ValueError(
+                    f"{fname}: tensor {full_name} is stored as {meta['dtype']}; "
+                    f"qwenref reads {sorted(_ST_DTYPES)} only"
+                )
             if tuple(meta["shape"]) != shape:
-                raise ValueError(f"{fname}: tensor {full_name} has shape "
-                                 f"{tuple(meta['shape'])}, config says {shape}")
+                raise ValueError(
+                    f"{fname}: tensor {full_name} has shape "
+                    f"{tuple(meta['shape'])}, config says {shape}"
+                )
     return Checkpoint(path, cfg, weight_map, prefix, headers, has_mlp)
 
 
@@ -400,7 +485,7 @@ def _write_safetensors(file: Path, tensors: dict) -> int:
         off += len(b)
     header["__metadata__"] = {"format": "pt"}
     hb = json.dumps(header, separators=(",", ":")).encode()
-    hb += b" " * (-len(hb) % 8)                  # data section starts 8-byte aligned
+    hb += b" " * (-len(hb) % 8)  # data section starts 8-byte aligned
     with open(file, "wb") as f:
         f.write(struct.pack("<Q", len(hb)))
         f.write(hb)
@@ -416,6 +501,7 @@ def _encode(a: np.ndarray, tag: str) -> np.ndarray:
     if tag == "F16":
         return a.astype("<f2")
     import ml_dtypes
+
     return a.astype(ml_dtypes.bfloat16).view("<u2")
 
 
@@ -446,7 +532,7 @@ def _fresh_dir(parent: Path, prefix: str) -> Path:
 def _swap_in(new: Path, target: Path) -> None:
     """Put the complete directory `new` at `target`, replacing what is there only now."""
     if not target.exists() or not any(target.iterdir()):
-        os.replace(new, target)          # rename(2) replaces an empty directory in one step
+        os.replace(new, target)  # rename(2) replaces an empty directory in one step
         return
     # A non-empty directory cannot be replaced by one rename: move it aside first, and put it
     # back if the second rename fails, so a failure leaves the old checkpoint in place.
@@ -462,8 +548,14 @@ def _swap_in(new: Path, target: Path) -> None:
     shutil.rmtree(holder, ignore_errors=True)
 
 
-def write_random_checkpoint(path, cfg: AttnConfig, seed: int = 0, dtype: str = "float32",
-                            shards: int = 1, multimodal: bool = False) -> Path:
+def write_random_checkpoint(
+    path,
+    cfg: AttnConfig,
+    seed: int = 0,
+    dtype: str = "float32",
+    shards: int = 1,
+    multimodal: bool = False,
+) -> Path:
     """Write a Hugging Face-layout checkpoint with random weights for cfg's full-attention layers.
 
     config.json holds cfg.to_hf() (under "text_config" when multimodal, whose tensors are then
@@ -489,9 +581,11 @@ def write_random_checkpoint(path, cfg: AttnConfig, seed: int = 0, dtype: str = "
     full = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
     if not full:
         raise ValueError("cfg: layer_types has no 'full_attention' layer")
-    if cfg.attention_bias or cfg.hidden_act != "silu":   # load_checkpoint would refuse it
-        raise ValueError(f"cfg: attention_bias={cfg.attention_bias}, hidden_act="
-                         f"{cfg.hidden_act!r}: qwenref's layer has no biases and a SwiGLU MLP")
+    if cfg.attention_bias or cfg.hidden_act != "silu":  # load_checkpoint would refuse it
+        raise ValueError(
+            f"cfg: attention_bias={cfg.attention_bias}, hidden_act="
+            f"{cfg.hidden_act!r}: qwenref's layer has no biases and a SwiGLU MLP"
+        )
     n_tensors = len(full) * len(weight_shapes(cfg, has_mlp=not cfg.is_moe))
     if shards > n_tensors:
         raise ValueError(f"shards ({shards}) exceeds the number of tensors ({n_tensors})")
@@ -500,21 +594,30 @@ def write_random_checkpoint(path, cfg: AttnConfig, seed: int = 0, dtype: str = "
     if target.exists():
         if not target.is_dir():
             raise ValueError(f"path: {target} exists and is not a directory")
-        foreign = sorted(p.name for p in target.iterdir()
-                         if not (p.is_file() and _CHECKPOINT_FILE.fullmatch(p.name)))
+        foreign = sorted(
+            p.name
+            for p in target.iterdir()
+            if not (p.is_file() and _CHECKPOINT_FILE.fullmatch(p.name))
+        )
         if foreign:
-            raise ValueError(f"path: {target} holds {foreign[0]!r}"
-                             f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, "
-                             f"which is not part of a checkpoint; write into a new or empty "
-                             f"directory")
+            raise ValueError(
+                f"path: {target} holds {foreign[0]!r}"
+                f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, "
+                f"which is not part of a checkpoint; write into a new or empty "
+                f"directory"
+            )
 
     text = cfg.to_hf()
     dtype_name = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[tag]
     top_type = cfg.model_type.removesuffix("_text")
     stem = _CLASS_STEMS.get(top_type, "Qwen3_5")
     if multimodal:
-        conf = {"architectures": [stem + "ForConditionalGeneration"], "model_type": top_type,
-                "dtype": dtype_name, "text_config": text}
+        conf = {
+            "architectures": [stem + "ForConditionalGeneration"],
+            "model_type": top_type,
+            "dtype": dtype_name,
+            "text_config": text,
+        }
         prefix = "model.language_model.layers."
     else:
         conf = {"architectures": [stem + "ForCausalLM"], "dtype": dtype_name, **text}
@@ -536,11 +639,14 @@ def write_random_checkpoint(path, cfg: AttnConfig, seed: int = 0, dtype: str = "
             weight_map, total = {}, 0
             for k, part in enumerate(np.array_split(np.arange(len(names)), shards)):
                 fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
-                total += _write_safetensors(tmp / fname,
-                                            {names[j]: tensors[names[j]] for j in part})
+                total += _write_safetensors(
+                    tmp / fname, {names[j]: tensors[names[j]] for j in part}
+                )
                 weight_map.update({names[j]: fname for j in part})
-            (tmp / _INDEX).write_text(json.dumps(
-                {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
+            (tmp / _INDEX).write_text(
+                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+                + "\n"
+            )
         _swap_in(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -8,6 +8,7 @@ Every field is checked when the config is built (and by ``replace``): a wrong ty
 TypeError, a bad value a ValueError, each naming the field. ``from_hf`` turns both into a
 ValueError that also names where the config came from (``config.json: ...`` or ``src: ...``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,8 +23,14 @@ import numpy as np
 __all__ = ["AttnConfig"]
 
 # sizes that must be >= 1, and the indexer's, which are all 0 (no indexer) or all >= 1
-_SIZES = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-          "intermediate_size", "num_hidden_layers")
+_SIZES = (
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "num_hidden_layers",
+)
 _INDEXER = ("indexer_n_heads", "indexer_head_dim", "indexer_compress_ratio", "indexer_budget")
 
 
@@ -66,7 +73,7 @@ class AttnConfig:
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
-        def put(name, v):                    # frozen: normalized values go in this way
+        def put(name, v):  # frozen: normalized values go in this way
             object.__setattr__(self, name, v)
 
         for name in _SIZES:
@@ -81,16 +88,22 @@ class AttnConfig:
         if self.rope_theta <= 0:
             raise ValueError(f"rope_theta must be > 0, got {self.rope_theta!r}")
         if not 0 <= self.partial_rotary_factor <= 1:
-            raise ValueError(f"partial_rotary_factor must be in [0, 1], got "
-                             f"{self.partial_rotary_factor!r}")
+            raise ValueError(
+                f"partial_rotary_factor must be in [0, 1], got {self.partial_rotary_factor!r}"
+            )
         lt = self.layer_types
-        if isinstance(lt, str) or not isinstance(lt, (list, tuple)) or \
-                not all(isinstance(t, str) for t in lt):
+        if (
+            isinstance(lt, str)
+            or not isinstance(lt, (list, tuple))
+            or not all(isinstance(t, str) for t in lt)
+        ):
             raise TypeError(f"layer_types must be a list or tuple of str, got {lt!r}")
         put("layer_types", tuple(lt))
         if len(self.layer_types) != self.num_hidden_layers:
-            raise ValueError(f"layer_types has {len(self.layer_types)} entries, "
-                             f"num_hidden_layers is {self.num_hidden_layers}")
+            raise ValueError(
+                f"layer_types has {len(self.layer_types)} entries, "
+                f"num_hidden_layers is {self.num_hidden_layers}"
+            )
         for name in ("model_type", "hidden_act"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"{name} must be a str, got {getattr(self, name)!r}")
@@ -103,24 +116,32 @@ class AttnConfig:
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                f"num_key_value_heads ({self.num_key_value_heads})")
+                f"num_key_value_heads ({self.num_key_value_heads})"
+            )
         if self.rotary_dim % 2 or self.rotary_dim > self.head_dim:
-            raise ValueError(f"partial_rotary_factor {self.partial_rotary_factor} gives "
-                             f"rotary_dim {self.rotary_dim}: must be even and <= head_dim "
-                             f"{self.head_dim}")
+            raise ValueError(
+                f"partial_rotary_factor {self.partial_rotary_factor} gives "
+                f"rotary_dim {self.rotary_dim}: must be even and <= head_dim "
+                f"{self.head_dim}"
+            )
         if self.has_indexer:
             R, B = self.indexer_compress_ratio, self.indexer_budget
             if min(self.indexer_n_heads, self.indexer_head_dim, R, B) <= 0:
-                raise ValueError("indexer_n_heads, indexer_head_dim, indexer_compress_ratio and "
-                                 "indexer_budget must all be positive when an indexer is "
-                                 "configured")
+                raise ValueError(
+                    "indexer_n_heads, indexer_head_dim, indexer_compress_ratio and "
+                    "indexer_budget must all be positive when an indexer is "
+                    "configured"
+                )
             if B % R:
-                raise ValueError(f"indexer_budget ({B}) must be a multiple of "
-                                 f"indexer_compress_ratio ({R})")
+                raise ValueError(
+                    f"indexer_budget ({B}) must be a multiple of indexer_compress_ratio ({R})"
+                )
             if self.indexer_rotary_dim % 2:
-                raise ValueError(f"indexer_head_dim ({self.indexer_head_dim}) gives the indexer "
-                                 f"rotary width min(rotary_dim {self.rotary_dim}, "
-                                 f"indexer_head_dim) = {self.indexer_rotary_dim}: must be even")
+                raise ValueError(
+                    f"indexer_head_dim ({self.indexer_head_dim}) gives the indexer "
+                    f"rotary width min(rotary_dim {self.rotary_dim}, "
+                    f"indexer_head_dim) = {self.indexer_rotary_dim}: must be even"
+                )
 
     # ---- derived sizes ---------------------------------------------------------------
     @property
@@ -142,8 +163,14 @@ class AttnConfig:
 
     @property
     def has_indexer(self) -> bool:
-        return any((self.indexer_n_heads, self.indexer_head_dim, self.indexer_compress_ratio,
-                    self.indexer_budget))
+        return any(
+            (
+                self.indexer_n_heads,
+                self.indexer_head_dim,
+                self.indexer_compress_ratio,
+                self.indexer_budget,
+            )
+        )
 
     @property
     def kblk(self) -> int:
@@ -167,31 +194,60 @@ class AttnConfig:
     def tiny(cls) -> "AttnConfig":
         """Small enough for CPU tests and notebooks; keeps the real model's ratios (GQA 2,
         partial rotary 0.25) and an indexer that turns selective after 5 blocks of 8 tokens."""
-        return cls(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                   intermediate_size=128, rope_theta=1e4, partial_rotary_factor=0.25,
-                   indexer_n_heads=2, indexer_head_dim=32, indexer_compress_ratio=8,
-                   indexer_budget=32)
+        return cls(
+            hidden_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            intermediate_size=128,
+            rope_theta=1e4,
+            partial_rotary_factor=0.25,
+            indexer_n_heads=2,
+            indexer_head_dim=32,
+            indexer_compress_ratio=8,
+            indexer_budget=32,
+        )
 
     @classmethod
     def qwen35_27b(cls) -> "AttnConfig":
         """Qwen3.5-27B's full-attention layer (24 q heads, 4 kv heads, head_dim 256), with the
         indexer setting of the benchmarks (R = 64, budget 2048, 8 heads x 128)."""
-        return cls(hidden_size=5120, num_attention_heads=24, num_key_value_heads=4, head_dim=256,
-                   intermediate_size=17408, rope_theta=1e7, partial_rotary_factor=0.25,
-                   indexer_n_heads=8, indexer_head_dim=128, indexer_compress_ratio=64,
-                   indexer_budget=2048, num_hidden_layers=64,
-                   layer_types=tuple("full_attention" if (i + 1) % 4 == 0 else "linear_attention"
-                                     for i in range(64)))
+        return cls(
+            hidden_size=5120,
+            num_attention_heads=24,
+            num_key_value_heads=4,
+            head_dim=256,
+            intermediate_size=17408,
+            rope_theta=1e7,
+            partial_rotary_factor=0.25,
+            indexer_n_heads=8,
+            indexer_head_dim=128,
+            indexer_compress_ratio=64,
+            indexer_budget=2048,
+            num_hidden_layers=64,
+            layer_types=tuple(
+                "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(64)
+            ),
+        )
 
     @classmethod
     def qwen3_next_80b(cls) -> "AttnConfig":
         """Qwen3-Next-80B-A3B's full-attention layer (16 q heads, 2 kv heads, head_dim 256);
         a MoE model, so qwenref runs its attention only."""
-        return cls(hidden_size=2048, num_attention_heads=16, num_key_value_heads=2, head_dim=256,
-                   intermediate_size=5120, rope_theta=1e7, partial_rotary_factor=0.25,
-                   num_hidden_layers=48, model_type="qwen3_next",
-                   layer_types=tuple("full_attention" if (i + 1) % 4 == 0 else "linear_attention"
-                                     for i in range(48)))
+        return cls(
+            hidden_size=2048,
+            num_attention_heads=16,
+            num_key_value_heads=2,
+            head_dim=256,
+            intermediate_size=5120,
+            rope_theta=1e7,
+            partial_rotary_factor=0.25,
+            num_hidden_layers=48,
+            model_type="qwen3_next",
+            layer_types=tuple(
+                "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(48)
+            ),
+        )
 
     @classmethod
     def from_hf(cls, src) -> "AttnConfig":
@@ -215,8 +271,9 @@ class AttnConfig:
             except (UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise ValueError(f"{where}: not valid JSON ({e}) in {p}") from None
             if not isinstance(src, dict):
-                raise ValueError(f"{where}: must hold a JSON object, got a "
-                                 f"{type(src).__name__} ({p})")
+                raise ValueError(
+                    f"{where}: must hold a JSON object, got a {type(src).__name__} ({p})"
+                )
         elif not isinstance(src, dict):
             raise TypeError(f"src must be a dict or a path, got {type(src).__name__}")
         try:
@@ -270,16 +327,19 @@ class AttnConfig:
         nh = integer("num_attention_heads", required=True)
         hidden = integer("hidden_size", required=True)
         layer_types = get("layer_types")
-        if layer_types is not None and (not isinstance(layer_types, list) or
-                                        not all(isinstance(t, str) for t in layer_types)):
+        if layer_types is not None and (
+            not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types)
+        ):
             raise ValueError(f"layer_types must be a list of strings, got {layer_types!r}")
         n_layers = integer("num_hidden_layers", len(layer_types) if layer_types else 1)
         if layer_types is None:
             interval = integer("full_attention_interval", 4)
             if interval < 1:
                 raise ValueError(f"full_attention_interval must be >= 1, got {interval}")
-            layer_types = ["linear_attention" if (i + 1) % interval else "full_attention"
-                           for i in range(n_layers)]
+            layer_types = [
+                "linear_attention" if (i + 1) % interval else "full_attention"
+                for i in range(n_layers)
+            ]
         bias = get("attention_bias", False)
         if not isinstance(bias, bool):
             raise ValueError(f"attention_bias must be true or false, got {bias!r}")
@@ -321,11 +381,17 @@ class AttnConfig:
             "layer_types": list(self.layer_types),
             "hidden_act": self.hidden_act,
             "attention_bias": self.attention_bias,
-            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta,
-                                "partial_rotary_factor": self.partial_rotary_factor},
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": self.rope_theta,
+                "partial_rotary_factor": self.partial_rotary_factor,
+            },
         }
         if self.has_indexer:
-            d.update(indexer_n_heads=self.indexer_n_heads, indexer_head_dim=self.indexer_head_dim,
-                     indexer_compress_ratio=self.indexer_compress_ratio,
-                     indexer_budget=self.indexer_budget)
+            d.update(
+                indexer_n_heads=self.indexer_n_heads,
+                indexer_head_dim=self.indexer_head_dim,
+                indexer_compress_ratio=self.indexer_compress_ratio,
+                indexer_budget=self.indexer_budget,
+            )
         return d

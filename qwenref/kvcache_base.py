@@ -20,12 +20,12 @@ qwenref.gpu.KVCache launches the append kernels and checks dtype, device and con
 The two caches are siblings, not parent and child, so a golden function that checks
 isinstance(cache, golden.KVCache) never receives cupy arrays.
 """
+
 import numpy as np
 
 from ._args import int_arg
 from .config import AttnConfig
-from .layout import (Q8_GROUP, TURBO_GROUP, bytes_per_token, indexer_arrays, side_arrays,
-                     side_kinds)
+from .layout import Q8_GROUP, TURBO_GROUP, bytes_per_token, indexer_arrays, side_arrays, side_kinds
 
 __all__ = ["KVCacheBase"]
 
@@ -45,8 +45,8 @@ class KVCacheBase:
     is a plain attribute so a GPU cache's to_golden() can set it.
     """
 
-    xp = None                   # the array module (numpy or cupy), supplied by the subclass
-    max_turbo_head_dim = None   # the largest head_dim a turbo side may have (None: no limit)
+    xp = None  # the array module (numpy or cupy), supplied by the subclass
+    max_turbo_head_dim = None  # the largest head_dim a turbo side may have (None: no limit)
 
     def __init__(self, cfg, max_t=4096, kind="f32"):
         if not isinstance(cfg, AttnConfig):
@@ -56,33 +56,43 @@ class KVCacheBase:
         hd, cap = cfg.head_dim, self.max_turbo_head_dim
         for side in (k_kind, v_kind):
             if side == "q8" and hd % Q8_GROUP:
-                raise ValueError(f"head_dim ({hd}) must be a multiple of {Q8_GROUP} for kind "
-                                 f"{kind!r}")
-            if side.startswith("turbo") and (hd % TURBO_GROUP or hd & (hd - 1)
-                                             or (cap is not None and hd > cap)):
-                limit = f", a multiple of {TURBO_GROUP} and <= {cap}" if cap else \
-                    f" and a multiple of {TURBO_GROUP}"
-                raise ValueError(f"head_dim ({hd}) must be a power of two{limit} for kind "
-                                 f"{kind!r} (WHT over head_dim)")
+                raise ValueError(
+                    f"head_dim ({hd}) must be a multiple of {Q8_GROUP} for kind {kind!r}"
+                )
+            if side.startswith("turbo") and (
+                hd % TURBO_GROUP or hd & (hd - 1) or (cap is not None and hd > cap)
+            ):
+                limit = (
+                    f", a multiple of {TURBO_GROUP} and <= {cap}"
+                    if cap
+                    else f" and a multiple of {TURBO_GROUP}"
+                )
+                raise ValueError(
+                    f"head_dim ({hd}) must be a power of two{limit} for kind "
+                    f"{kind!r} (WHT over head_dim)"
+                )
         self.cfg, self.max_t, self.kind = cfg, max_t, kind
         self.k_kind, self.v_kind = k_kind, v_kind
         self.k_rotated, self.v_rotated = k_kind.startswith("turbo"), v_kind.startswith("turbo")
         self.length = 0
-        xp = self.xp                   # the GPU cache imports cupy here, after the checks
+        xp = self.xp  # the GPU cache imports cupy here, after the checks
         self.k_store = _zeros(xp, side_arrays(k_kind, cfg.nkv, max_t, hd))
         self.v_store = _zeros(xp, side_arrays(v_kind, cfg.nkv, max_t, hd))
         self.idx_keys = self.blk_keys = None
         if cfg.has_indexer:
-            idx = _zeros(xp, indexer_arrays(max_t, cfg.indexer_head_dim,
-                                            cfg.indexer_compress_ratio))
+            idx = _zeros(
+                xp, indexer_arrays(max_t, cfg.indexer_head_dim, cfg.indexer_compress_ratio)
+            )
             self.idx_keys, self.blk_keys = idx["idx_keys"], idx["blk_keys"]
 
     def __len__(self):
         return self.length
 
     def __repr__(self):
-        return (f"KVCache(kind={self.kind!r}, len={self.length}, max_t={self.max_t}, "
-                f"nkv={self.cfg.nkv}, head_dim={self.cfg.head_dim})")
+        return (
+            f"KVCache(kind={self.kind!r}, len={self.length}, max_t={self.max_t}, "
+            f"nkv={self.cfg.nkv}, head_dim={self.cfg.head_dim})"
+        )
 
     # ---- append ---------------------------------------------------------------------------
     def append(self, k, v, index_k=None, **options):

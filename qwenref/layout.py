@@ -26,14 +26,26 @@ quantizes groups of 16 values to N-bit codes, packed little-endian into 2 * N by
 float16 scale. Bytes per token and kv head (side_bytes_per_head) follow from the arrays: at
 hd 256, f32 1024, bf16 512, q8 256 + 16 = 272, turbo4 16 * (8 + 2) = 160, turbo2 96.
 """
+
 import numpy as np
 
-__all__ = ["Q8_GROUP", "TURBO_GROUP", "Q8_LIMIT", "turbo_limit", "CACHE_KINDS", "SIDE_KINDS",
-           "side_kinds", "turbo_bits", "side_arrays", "indexer_arrays", "side_bytes_per_head",
-           "bytes_per_token"]
+__all__ = [
+    "Q8_GROUP",
+    "TURBO_GROUP",
+    "Q8_LIMIT",
+    "turbo_limit",
+    "CACHE_KINDS",
+    "SIDE_KINDS",
+    "side_kinds",
+    "turbo_bits",
+    "side_arrays",
+    "indexer_arrays",
+    "side_bytes_per_head",
+    "bytes_per_token",
+]
 
-Q8_GROUP = 32       # values per Q8_0 block (llama.cpp QK8_0)
-TURBO_GROUP = 16    # values per turbo group (one float16 scale each)
+Q8_GROUP = 32  # values per Q8_0 block (llama.cpp QK8_0)
+TURBO_GROUP = 16  # values per turbo group (one float16 scale each)
 
 # The largest max |x| of a group whose float16 scale stays finite: the scale amax / 127
 # rounds to inf from 65520 on. The quantizers refuse a group at or past it.
@@ -46,8 +58,18 @@ def turbo_limit(bits):
     return 65520.0 * ((1 << bits) - 1) / 2
 
 
-CACHE_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2",
-               "bf16k-turbo4v", "bf16k-turbo3v", "bf16k-turbo2v")
+CACHE_KINDS = (
+    "f32",
+    "bf16",
+    "q8",
+    "turbo8",
+    "turbo4",
+    "turbo3",
+    "turbo2",
+    "bf16k-turbo4v",
+    "bf16k-turbo3v",
+    "bf16k-turbo2v",
+)
 SIDE_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2")
 
 
@@ -59,7 +81,7 @@ def side_kinds(kind):
     if kind not in CACHE_KINDS:
         raise ValueError(f"kind must be one of {CACHE_KINDS}, got {kind!r}")
     if kind.startswith("bf16k-"):
-        return "bf16", kind[len("bf16k-"):-1]                                # 'bf16k-turbo4v'
+        return "bf16", kind[len("bf16k-") : -1]  # 'bf16k-turbo4v'
     return kind, kind
 
 
@@ -71,7 +93,7 @@ def _check_side(side):
 def turbo_bits(side):
     """Bits per code of a turbo side ("turbo4" -> 4); 0 for the other sides."""
     _check_side(side)
-    return int(side[len("turbo"):]) if side.startswith("turbo") else 0
+    return int(side[len("turbo") :]) if side.startswith("turbo") else 0
 
 
 def side_arrays(side, nkv, max_t, hd):
@@ -84,25 +106,33 @@ def side_arrays(side, nkv, max_t, hd):
     if side == "bf16":
         return {"data": (rows + (hd,), np.dtype(np.uint16))}
     if side == "q8":
-        return {"q": (rows + (hd,), np.dtype(np.int8)),
-                "d": (rows + (hd // Q8_GROUP,), np.dtype(np.float16))}
+        return {
+            "q": (rows + (hd,), np.dtype(np.int8)),
+            "d": (rows + (hd // Q8_GROUP,), np.dtype(np.float16)),
+        }
     n = turbo_bits(side)
-    return {"codes": (rows + (hd // TURBO_GROUP, 2 * n), np.dtype(np.uint8)),
-            "d": (rows + (hd // TURBO_GROUP,), np.dtype(np.float16))}
+    return {
+        "codes": (rows + (hd // TURBO_GROUP, 2 * n), np.dtype(np.uint8)),
+        "d": (rows + (hd // TURBO_GROUP,), np.dtype(np.float16)),
+    }
 
 
 def indexer_arrays(max_t, ihd, R):
     """The indexer state a cache stores: {name: (shape, numpy dtype)} for idx_keys (one raw
     key per token) and blk_keys (one key per complete block of R tokens)."""
-    return {"idx_keys": ((max_t, ihd), np.dtype(np.float32)),
-            "blk_keys": ((max_t // R, ihd), np.dtype(np.float32))}
+    return {
+        "idx_keys": ((max_t, ihd), np.dtype(np.float32)),
+        "blk_keys": ((max_t // R, ihd), np.dtype(np.float32)),
+    }
 
 
 def side_bytes_per_head(side, hd):
     """Bytes one token of one kv head takes in a side, scales included: the side's arrays
     at one head and one token slot."""
-    return sum(int(np.prod(shape)) * dtype.itemsize
-               for shape, dtype in side_arrays(side, 1, 1, hd).values())
+    return sum(
+        int(np.prod(shape)) * dtype.itemsize
+        for shape, dtype in side_arrays(side, 1, 1, hd).values()
+    )
 
 
 def bytes_per_token(kind, nkv, hd):

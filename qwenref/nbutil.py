@@ -3,6 +3,7 @@ kernel source by definition name, and draw the two plots every stage notebook en
 against float64, timings against the copy ceiling). Plotting imports matplotlib lazily so
 `import qwenref` stays light. Live timings in the notebooks come from qwenref.timing, like the
 bench's."""
+
 from __future__ import annotations
 
 import functools
@@ -14,16 +15,33 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["results_path", "load_results", "recorded_note", "select_runs", "gpu_available",
-           "show_source", "kernel_excerpt", "kernel_header", "show_excerpt", "relerr",
-           "plot_errors", "plot_bandwidth", "load_samples", "print_runs", "plot_peer"]
+__all__ = [
+    "results_path",
+    "load_results",
+    "recorded_note",
+    "select_runs",
+    "gpu_available",
+    "show_source",
+    "kernel_excerpt",
+    "kernel_header",
+    "show_excerpt",
+    "relerr",
+    "plot_errors",
+    "plot_bandwidth",
+    "load_samples",
+    "print_runs",
+    "plot_peer",
+]
 
 
 def results_path(name="nvidia-h200.json"):
     """results/<name>, searched from $QWENREF_RESULTS, the cwd upwards, then the package's repo."""
     env = os.environ.get("QWENREF_RESULTS")
-    starts = ([Path(env)] if env else []) + [Path.cwd(), *Path.cwd().parents,
-                                            Path(__file__).resolve().parent.parent]
+    starts = ([Path(env)] if env else []) + [
+        Path.cwd(),
+        *Path.cwd().parents,
+        Path(__file__).resolve().parent.parent,
+    ]
     for d in starts:
         p = d / name if d.name == "results" else d / "results" / name
         if p.exists():
@@ -51,12 +69,17 @@ def recorded_note(res):
     for r in res.get("runs", []):
         c = str(r.get("commit", res.get("commit")))[:10]
         commits[c] = commits.get(c, 0) + 1
-    mixed = "" if len(commits) <= 1 else " (runs by commit: " + ", ".join(
-        f"{c}: {n}" for c, n in commits.items()) + ")"
-    return (f"recorded on {res.get('device')} on {res.get('date')} at commit "
-            f"{str(res.get('commit'))[:10]}{mixed} (CuPy {res.get('cupy')}, CUDA "
-            f"{res.get('cuda')}); device copy ceiling {res.get('copy_gbps', float('nan')):.0f} "
-            f"GB/s in the latest run")
+    mixed = (
+        ""
+        if len(commits) <= 1
+        else " (runs by commit: " + ", ".join(f"{c}: {n}" for c, n in commits.items()) + ")"
+    )
+    return (
+        f"recorded on {res.get('device')} on {res.get('date')} at commit "
+        f"{str(res.get('commit'))[:10]}{mixed} (CuPy {res.get('cupy')}, CUDA "
+        f"{res.get('cuda')}); device copy ceiling {res.get('copy_gbps', float('nan')):.0f} "
+        f"GB/s in the latest run"
+    )
 
 
 def select_runs(res, stage=None, kernel=None, **shape):
@@ -75,6 +98,7 @@ def select_runs(res, stage=None, kernel=None, **shape):
 
 def gpu_available():
     from .gpu import available
+
     return available()
 
 
@@ -89,8 +113,19 @@ def show_source(obj):
 # (tests/test_excerpts.py checks every name a notebook shows).
 
 # identifiers that take parentheses in a declaration without being its name
-_NOT_NAMES = {"__launch_bounds__", "__align__", "__attribute__", "__declspec", "alignas",
-              "decltype", "sizeof", "alignof", "noexcept", "static_assert", "operator"}
+_NOT_NAMES = {
+    "__launch_bounds__",
+    "__align__",
+    "__attribute__",
+    "__declspec",
+    "alignas",
+    "decltype",
+    "sizeof",
+    "alignof",
+    "noexcept",
+    "static_assert",
+    "operator",
+}
 _IDENT_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*(<[^<>(){};]*>)?\s*\(")
 _DEFINE = re.compile(r"[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(\()?")
 
@@ -190,11 +225,12 @@ def _parse_cu(text):
         if m := _DEFINE.match(clines[first]):
             defs.append(dict(name=m.group(1), targs="", kind="macro", first=first, last=k))
             if m.group(2):
-                body = " ".join(c.rstrip().rstrip("\\") for c in clines[first:k + 1])
+                body = " ".join(c.rstrip().rstrip("\\") for c in clines[first : k + 1])
                 p0 = body.index("(", body.index(m.group(1)))
                 p1 = _match(body, p0)
                 macros.setdefault(m.group(1), []).append(
-                    (_split_args(body[p0 + 1:p1]), body[p1 + 1:], first))
+                    (_split_args(body[p0 + 1 : p1]), body[p1 + 1 :], first)
+                )
         for j in range(first, k + 1):
             clines[j] = " " * len(clines[j])
         k += 1
@@ -204,7 +240,7 @@ def _parse_cu(text):
         call = re.compile(r"\b(" + "|".join(map(re.escape, macros)) + r")\s*\(")
         for m in call.finditer(code):
             end = _match(code, m.end() - 1)
-            invocations.append((m.group(1), _split_args(code[m.end():end]), m.start(), end))
+            invocations.append((m.group(1), _split_args(code[m.end() : end]), m.start(), end))
     _scan(code, 0, len(code), defs, set(macros))
     return defs, macros, invocations, comment_only
 
@@ -215,7 +251,7 @@ def _skip_template(head):
         m = re.match(r"\s*template\s*<", head)
         if not m:
             return head
-        head = head[_match(head, m.end() - 1, "<", ">") + 1:]
+        head = head[_match(head, m.end() - 1, "<", ">") + 1 :]
 
 
 def _scan(code, lo, hi, defs, macro_names):
@@ -248,24 +284,40 @@ def _scan(code, lo, hi, defs, macro_names):
             if re.match(r"\s*(namespace\b|extern\s*\"\s*\"\s*$)", head):
                 _scan(code, pos + 1, close, defs, macro_names)
                 start = None
-            elif m := re.match(r"\s*(?:struct|class|union)\s+(?:__align__\s*\([^)]*\)\s*)?"
-                               r"([A-Za-z_]\w*)\s*(<[^{:]*>)?", rest):
+            elif m := re.match(
+                r"\s*(?:struct|class|union)\s+(?:__align__\s*\([^)]*\)\s*)?"
+                r"([A-Za-z_]\w*)\s*(<[^{:]*>)?",
+                rest,
+            ):
                 semi = code.find(";", close)
                 end = close if semi < 0 else semi
-                defs.append(dict(name=m.group(1), targs=re.sub(r"\s+", "", m.group(2) or ""),
-                                 kind="struct", first=first, last=_line_of(code, end)))
-                start = close        # the statement ends at the `;` after the brace
+                defs.append(
+                    dict(
+                        name=m.group(1),
+                        targs=re.sub(r"\s+", "", m.group(2) or ""),
+                        kind="struct",
+                        first=first,
+                        last=_line_of(code, end),
+                    )
+                )
+                start = close  # the statement ends at the `;` after the brace
             else:
                 name = None
-                if "(" in rest and "=" not in rest[:rest.index("(")]:
+                if "(" in rest and "=" not in rest[: rest.index("(")]:
                     name = _decl_name(rest)
                 if name:
-                    defs.append(dict(name=name.group(1),
-                                     targs=re.sub(r"\s+", "", name.group(2) or ""),
-                                     kind="function", first=first, last=_line_of(code, close)))
+                    defs.append(
+                        dict(
+                            name=name.group(1),
+                            targs=re.sub(r"\s+", "", name.group(2) or ""),
+                            kind="function",
+                            first=first,
+                            last=_line_of(code, close),
+                        )
+                    )
                     start = None
                 else:
-                    start = close    # enum, initializer: ends at its `;`
+                    start = close  # enum, initializer: ends at its `;`
             pos = close + 1
             continue
         pos += 1
@@ -289,8 +341,9 @@ def _expand(name, args, macros, used, depth=0):
             if m.start() < pos:
                 continue
             end = _match(text, m.end() - 1)
-            out += text[pos:m.start()] + _expand(m.group(1), _split_args(text[m.end():end]),
-                                                 macros, used, depth + 1)
+            out += text[pos : m.start()] + _expand(
+                m.group(1), _split_args(text[m.end() : end]), macros, used, depth + 1
+            )
             pos = end + 1
         return out + text[pos:]
     return ""
@@ -320,10 +373,14 @@ def _parsed(path, mtime_ns, size):
 def _kernel_file(file):
     """kernels_cuda/<file>; a stem ("attention_v0") finds the .cu, else the .cuh."""
     from . import gpu
+
     kdir = gpu.kernels_dir()
     name = Path(file).name
-    cands = [kdir / name] if Path(name).suffix in (".cu", ".cuh") else \
-        [kdir / f"{name}.cu", kdir / f"{name}.cuh"]
+    cands = (
+        [kdir / name]
+        if Path(name).suffix in (".cu", ".cuh")
+        else [kdir / f"{name}.cu", kdir / f"{name}.cuh"]
+    )
     for p in cands:
         if p.is_file():
             return p
@@ -382,7 +439,7 @@ def kernel_excerpt(file, name):
     hits = [d for d in defs if _label(d) == key] or [d for d in defs if d["name"] == key]
     if len(hits) == 1:
         first, last = _excerpt_lines(lines, comment_only, hits[0])
-        return "\n".join(lines[first:last + 1])
+        return "\n".join(lines[first : last + 1])
     if hits:
         cands = ", ".join(f"{_label(d)} ({d['kind']}, line {d['first'] + 1})" for d in hits)
         raise ValueError(f"{name!r} is ambiguous in kernels_cuda/{path.name}: {cands}")
@@ -401,13 +458,15 @@ def kernel_excerpt(file, name):
                 merged[-1][1] = max(merged[-1][1], b)
             else:
                 merged.append([a, b])
-        return "\n// ...\n".join("\n".join(lines[a:b + 1]) for a, b in merged)
+        return "\n// ...\n".join("\n".join(lines[a : b + 1]) for a, b in merged)
     if gen:
         where = ", ".join(f"line {_line_of(text, s) + 1}" for _, s in gen)
-        raise ValueError(f"{name!r} is ambiguous in kernels_cuda/{path.name}: generated at "
-                         f"{where}")
-    elsewhere = [p.name for p in sorted(path.parent.glob("*.cu*"))
-                 if p != path and any(d["name"] == key for d in _load(p.name)[2][0])]
+        raise ValueError(f"{name!r} is ambiguous in kernels_cuda/{path.name}: generated at {where}")
+    elsewhere = [
+        p.name
+        for p in sorted(path.parent.glob("*.cu*"))
+        if p != path and any(d["name"] == key for d in _load(p.name)[2][0])
+    ]
     hint = f"; defined in {', '.join(elsewhere)}" if elsewhere else ""
     raise ValueError(f"{name!r} is not defined in kernels_cuda/{path.name}{hint}")
 
@@ -431,7 +490,7 @@ class _Excerpts:
     carries the source once and an nbval comparison does not hinge on it."""
 
     def __init__(self, parts):
-        self.parts = parts            # [(title, text)]
+        self.parts = parts  # [(title, text)]
 
     def __str__(self):
         return "\n\n".join(f"{t}\n{s}" for t, s in self.parts)
@@ -464,6 +523,7 @@ def show_excerpt(file, *names, header=False):
     parts += [(f"// kernels_cuda/{fname}: {n}", kernel_excerpt(file, n)) for n in names]
     if _in_notebook():
         from IPython.display import display
+
         display(_Excerpts(parts))
     else:
         print(_Excerpts(parts))
@@ -478,6 +538,7 @@ def relerr(a, ref):
 def plot_errors(errors, ax=None, title="", xlabel="|ours − float64 truth|"):
     """Histograms (log-x) of absolute errors, one per label: errors = {label: array}."""
     import matplotlib.pyplot as plt
+
     ax = ax or plt.subplots(figsize=(6, 3.2))[1]
     allv = np.concatenate([np.abs(np.ravel(v)) for v in errors.values()])
     pos = allv[allv > 0]
@@ -486,8 +547,13 @@ def plot_errors(errors, ax=None, title="", xlabel="|ours − float64 truth|"):
     bins = np.logspace(np.log10(lo), np.log10(hi), 50)
     for label, v in errors.items():
         v = np.abs(np.ravel(v))
-        ax.hist(np.maximum(v, lo), bins=bins, histtype="step", lw=1.5,
-                label=f"{label} (max {v.max():.2e})")
+        ax.hist(
+            np.maximum(v, lo),
+            bins=bins,
+            histtype="step",
+            lw=1.5,
+            label=f"{label} (max {v.max():.2e})",
+        )
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("count")
@@ -499,6 +565,7 @@ def plot_errors(errors, ax=None, title="", xlabel="|ours − float64 truth|"):
 def plot_bandwidth(runs, copy_gbps, ax=None, title="", label_key="kernel"):
     """Bars of achieved GB/s per run against the device-copy ceiling, % of copy written on top."""
     import matplotlib.pyplot as plt
+
     ax = ax or plt.subplots(figsize=(7, 3.2))[1]
     labels = [_run_label(r, label_key) for r in runs]
     gb = [r.get("gbps") or 0 for r in runs]
@@ -507,8 +574,14 @@ def plot_bandwidth(runs, copy_gbps, ax=None, title="", label_key="kernel"):
     for b, r in zip(bars, runs):
         pct = r.get("pct_of_copy")
         if pct is not None:
-            ax.text(b.get_x() + b.get_width() / 2, b.get_height(), f"{pct:.0f}%",
-                    ha="center", va="bottom", fontsize=8)
+            ax.text(
+                b.get_x() + b.get_width() / 2,
+                b.get_height(),
+                f"{pct:.0f}%",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
     ax.set_xticks(range(len(runs)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("GB/s")
     ax.set_title(title)
@@ -526,19 +599,25 @@ def _run_label(r, key):
 
 def print_runs(runs, copy_gbps=None):
     """One fixed-width line per run (bench fields; absent ones print '-')."""
+
     def f(v, fmt):
         return format(v, fmt) if isinstance(v, (int, float)) else "-"
+
     if copy_gbps:
         print(f"device copy ceiling {copy_gbps:.0f} GB/s")
     for r in runs:
         shape = ",".join(f"{k}={v}" for k, v in r.get("shape", {}).items())
-        line = (f"{str(r.get('kernel')):<26} {shape:<30} {f(r.get('median_us'), '9.2f')} us "
-                f"{f(r.get('gbps'), '7.0f')} GB/s {f(r.get('pct_of_copy'), '5.1f')}% of copy")
+        line = (
+            f"{str(r.get('kernel')):<26} {shape:<30} {f(r.get('median_us'), '9.2f')} us "
+            f"{f(r.get('gbps'), '7.0f')} GB/s {f(r.get('pct_of_copy'), '5.1f')}% of copy"
+        )
         if r.get("rel_err") is not None:
             line += f"  rel_err {r['rel_err']:.1e}"
         if r.get("peer_median_us"):
-            line += (f"  | {r.get('peer')}: {r['peer_median_us']:.2f} us "
-                     f"(ours {f(r.get('speedup'), '.2f')}x)")
+            line += (
+                f"  | {r.get('peer')}: {r['peer_median_us']:.2f} us "
+                f"(ours {f(r.get('speedup'), '.2f')}x)"
+            )
         if r.get("code_match") is not None:
             line += f"  | stored bytes equal to golden: {100 * r['code_match']:.4f}%"
         print(line)
@@ -554,8 +633,10 @@ def plot_peer(runs, ax, title=""):
     i = np.arange(len(runs))
     ax.bar(i - 0.2, [r["median_us"] for r in runs], 0.4, label="qwenref")
     ax.bar(i + 0.2, [r["peer_median_us"] for r in runs], 0.4, label=str(runs[0].get("peer")))
-    labels = [f"{r['kernel']}\n" + ",".join(f"{k}={v}" for k, v in r.get("shape", {}).items())
-              for r in runs]
+    labels = [
+        f"{r['kernel']}\n" + ",".join(f"{k}={v}" for k, v in r.get("shape", {}).items())
+        for r in runs
+    ]
     ax.set_xticks(i, labels, rotation=30, ha="right", fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("median µs (log)")

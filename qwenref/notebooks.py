@@ -16,6 +16,7 @@ NAME selects notebooks whose file name contains it (`python -m qwenref.notebooks
 A failing notebook is still saved and rendered up to the failing cell (for reading the
 traceback in HTML); the others go on, and the exit status is 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,15 +46,24 @@ def _current_env_kernel_manager():
 
     class _ThisInterpreter(KernelSpecManager):
         def get_kernel_spec(self, kernel_name):
-            return self.kernel_spec_class(resource_dir=ipykernel.kernelspec.RESOURCES,
-                                          **ipykernel.kernelspec.get_kernel_dict())
+            return self.kernel_spec_class(
+                resource_dir=ipykernel.kernelspec.RESOURCES,
+                **ipykernel.kernelspec.get_kernel_dict(),
+            )
 
     return KernelManager(kernel_name="python3", kernel_spec_manager=_ThisInterpreter())
 
 
-def execute_notebook(src: Path, dest: Path, html: Path | None, cwd: Path, timeout: int,
-                     on_cell=None, kernel_log: Path | None = None,
-                     dest_on_error: Path | None = None) -> tuple[bool, str, bool]:
+def execute_notebook(
+    src: Path,
+    dest: Path,
+    html: Path | None,
+    cwd: Path,
+    timeout: int,
+    on_cell=None,
+    kernel_log: Path | None = None,
+    dest_on_error: Path | None = None,
+) -> tuple[bool, str, bool]:
     """Execute src, write the executed notebook to dest and its HTML rendering to html.
 
     On a failing cell the notebook goes to dest_on_error instead, when given (so an in-place
@@ -78,8 +88,14 @@ def execute_notebook(src: Path, dest: Path, html: Path | None, cwd: Path, timeou
             on_cell(done, n_code)
 
     km = _current_env_kernel_manager()
-    client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=False,
-                            resources={"metadata": {"path": str(cwd)}}, on_cell_executed=hook)
+    client = NotebookClient(
+        nb,
+        km=km,
+        timeout=timeout,
+        allow_errors=False,
+        resources={"metadata": {"path": str(cwd)}},
+        on_cell_executed=hook,
+    )
     ok, msg = True, ""
     log = None
     if kernel_log is not None:
@@ -119,15 +135,25 @@ def _default_src() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m qwenref.notebooks", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m qwenref.notebooks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("names", nargs="*", help="run only notebooks whose file name contains one")
     ap.add_argument("--src", type=Path, default=None, help="notebook folder (default notebooks/)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="where executed copies and HTML go (default build/ beside --src)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where executed copies and HTML go (default build/ beside --src)",
+    )
     ap.add_argument("--timeout", type=int, default=1200, help="seconds per cell (default 1200)")
-    ap.add_argument("--in-place", action="store_true",
-                    help="write executed notebooks back into --src (GPU refresh only)")
+    ap.add_argument(
+        "--in-place",
+        action="store_true",
+        help="write executed notebooks back into --src (GPU refresh only)",
+    )
     args = ap.parse_args(argv)
 
     from tqdm import tqdm
@@ -157,8 +183,15 @@ def main(argv: list[str] | None = None) -> int:
             html = out / f"{nb_path.stem}.html"
             t0 = time.perf_counter()
             ok, msg, wrote_html = execute_notebook(
-                nb_path, nb_path if args.in_place else copy, html, cwd=src, timeout=args.timeout,
-                on_cell=on_cell, kernel_log=log, dest_on_error=copy)
+                nb_path,
+                nb_path if args.in_place else copy,
+                html,
+                cwd=src,
+                timeout=args.timeout,
+                on_cell=on_cell,
+                kernel_log=log,
+                dest_on_error=copy,
+            )
             dt = time.perf_counter() - t0
             if ok:
                 log.unlink(missing_ok=True)  # only start-up noise when all went well
@@ -166,13 +199,18 @@ def main(argv: list[str] | None = None) -> int:
                 msg += f"\n         (executed copy: {copy}; kernel stderr: {log})"
             status = "ok    " if ok else "FAILED"
             where = html if wrote_html else "(no HTML: nbconvert not installed)"
-            tqdm.write(f"  {status} {nb_path.name:<32} {dt:7.1f} s   -> {where}"
-                       + (f"\n         {msg}" if msg else ""), file=sys.stdout)
+            tqdm.write(
+                f"  {status} {nb_path.name:<32} {dt:7.1f} s   -> {where}"
+                + (f"\n         {msg}" if msg else ""),
+                file=sys.stdout,
+            )
             if not ok:
                 failed.append(nb_path.name)
     dt_all = time.perf_counter() - t_all
-    print(f"qwenref.notebooks: {len(nbs) - len(failed)} ok, {len(failed)} failed, {dt_all:.1f} s"
-          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    print(
+        f"qwenref.notebooks: {len(nbs) - len(failed)} ok, {len(failed)} failed, {dt_all:.1f} s"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

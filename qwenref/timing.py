@@ -17,6 +17,7 @@ numbers mean the same thing.
 Times are microseconds: the median over batches, warm-up first. Importing this module needs
 neither CuPy nor a GPU; calling a function does (RuntimeError saying what is missing).
 """
+
 from __future__ import annotations
 
 import math
@@ -27,27 +28,40 @@ import numpy as np
 
 from .gpu._runtime import cupy, kernel
 
-__all__ = ["Timing", "GraphTiming", "Floor", "spin_wait", "queued_us", "graph_us",
-           "torch_graph_us", "eager_us", "stage_us", "copy_gbps", "floor_us", "rotations",
-           "device_name", "l2_bytes"]
+__all__ = [
+    "Timing",
+    "GraphTiming",
+    "Floor",
+    "spin_wait",
+    "queued_us",
+    "graph_us",
+    "torch_graph_us",
+    "eager_us",
+    "stage_us",
+    "copy_gbps",
+    "floor_us",
+    "rotations",
+    "device_name",
+    "l2_bytes",
+]
 
 
 class Timing(NamedTuple):
-    us: float           # median microseconds per call
-    iqr_us: float       # interquartile range of the batches' per-call times
+    us: float  # median microseconds per call
+    iqr_us: float  # interquartile range of the batches' per-call times
 
 
 class GraphTiming(NamedTuple):
-    us: float           # median microseconds per call
-    sd_us: float        # standard deviation of the batches' per-call times
-    mode: str           # "graph", or "loop (<error>)": capture failed, the calls ran plainly
+    us: float  # median microseconds per call
+    sd_us: float  # standard deviation of the batches' per-call times
+    mode: str  # "graph", or "loop (<error>)": capture failed, the calls ran plainly
 
 
 class Floor(NamedTuple):
-    us: float                   # queued, median microseconds per stream_read launch
+    us: float  # queued, median microseconds per stream_read launch
     iqr_us: float
-    graph_us: float | None      # as graph replays (graph_calls > 0 and the capture worked)
-    graph_mode: str | None      # GraphTiming.mode of that attempt; None when not asked
+    graph_us: float | None  # as graph replays (graph_calls > 0 and the capture worked)
+    graph_mode: str | None  # GraphTiming.mode of that attempt; None when not asked
 
 
 def spin_wait(ns):
@@ -128,10 +142,10 @@ def _capture(cp, stream, calls):
         graph.launch(stream)
         stream.synchronize()
         return graph, "graph"
-    except Exception as e:                            # noqa: BLE001 (reported in the mode)
+    except Exception as e:  # noqa: BLE001 (reported in the mode)
         try:
             stream.end_capture()
-        except Exception:                             # noqa: BLE001 (not capturing any more)
+        except Exception:  # noqa: BLE001 (not capturing any more)
             pass
         return None, f"loop ({type(e).__name__})"
 
@@ -166,6 +180,7 @@ def graph_us(work, batches=25, per_batch=1, warmup=0):
             else:
                 for f in calls:
                     f()
+
     ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
     ts = []
     with stream:
@@ -186,6 +201,7 @@ def torch_graph_us(fn, calls, batches=25):
     and replayed (torch work cannot join a CuPy capture). Warm-up runs on a side stream, as
     torch's capture needs; a failed capture raises."""
     import torch as t
+
     side = t.cuda.Stream()
     side.wait_stream(t.cuda.current_stream())
     with t.cuda.stream(side):
@@ -246,8 +262,9 @@ def stage_us(layer, x, base_pos, cache, spin_us=5000):
 
     y = layer.forward(x, base_pos, cache, on_stage=on_stage)
     events[-1][1].synchronize()
-    times = {name: cp.cuda.get_elapsed_time(a, b) * 1e3
-             for (_, a), (name, b) in zip(events, events[1:])}
+    times = {
+        name: cp.cuda.get_elapsed_time(a, b) * 1e3 for (_, a), (name, b) in zip(events, events[1:])
+    }
     times["total"] = cp.cuda.get_elapsed_time(events[0][1], events[-1][1]) * 1e3
     return y, times
 
@@ -261,9 +278,14 @@ def copy_gbps(nbytes=1 << 30, batches=25):
     n = src.nbytes
 
     def fn(_):
-        cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, n,
-                                    cp.cuda.runtime.memcpyDeviceToDevice,
-                                    cp.cuda.get_current_stream().ptr)
+        cp.cuda.runtime.memcpyAsync(
+            dst.data.ptr,
+            src.data.ptr,
+            n,
+            cp.cuda.runtime.memcpyDeviceToDevice,
+            cp.cuda.get_current_stream().ptr,
+        )
+
     us = queued_us(fn, batches=batches, max_inner=1).us
     if not bool((dst[:1024] == src[:1024]).all()):
         raise RuntimeError("device copy check failed")
@@ -278,6 +300,7 @@ def floor_us(nbytes, n_rot=2, batches=25, graph_calls=0):
     queued_us, and with graph_calls > 0 also as replays of a graph of max(graph_calls, buffers)
     launches."""
     from .gpu.stream import checked_buffers, stream_read
+
     pairs = checked_buffers(nbytes, max(2, n_rot))
     q = queued_us(lambda i: stream_read(*pairs[i]), len(pairs), batches)
     if not graph_calls:

@@ -17,6 +17,7 @@ reader, the random checkpoint writer, and the golden and GPU layers all read thi
 check_layer_args and check_weights are what golden.FullAttentionLayer and gpu.FullAttentionLayer
 run before they keep anything: bad input is refused whole, naming the argument or the weight.
 """
+
 import warnings
 from collections.abc import Mapping
 
@@ -26,14 +27,27 @@ from ._args import bool_arg, check_scales, f32_array, sparse_arg
 from .config import AttnConfig
 from .layout import Q8_GROUP, Q8_LIMIT
 
-__all__ = ["WEIGHT_FORMATS", "PROJECTIONS", "MLP_WEIGHTS", "weight_shapes", "check_layer_args",
-           "check_weights"]
+__all__ = [
+    "WEIGHT_FORMATS",
+    "PROJECTIONS",
+    "MLP_WEIGHTS",
+    "weight_shapes",
+    "check_layer_args",
+    "check_weights",
+]
 
-WEIGHT_FORMATS = ("f32", "q8")   # q8: every projection Q8_0-quantized by rows (input dim)
+WEIGHT_FORMATS = ("f32", "q8")  # q8: every projection Q8_0-quantized by rows (input dim)
 # the weights a q8 layer quantizes: every matrix; the norm weights stay float32
-PROJECTIONS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-               "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-               "mlp.down_proj.weight", "self_attn.indexer.qk_proj.weight")
+PROJECTIONS = (
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "self_attn.indexer.qk_proj.weight",
+)
 MLP_WEIGHTS = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
 
 
@@ -46,7 +60,7 @@ def weight_shapes(cfg: AttnConfig, has_mlp: bool = True) -> dict:
     shapes = {
         "input_layernorm.weight": (H,),
         "post_attention_layernorm.weight": (H,),
-        "self_attn.q_proj.weight": (cfg.nh * 2 * hd, H),      # per head [q_h | gate_h]
+        "self_attn.q_proj.weight": (cfg.nh * 2 * hd, H),  # per head [q_h | gate_h]
         "self_attn.k_proj.weight": (cfg.nkv * hd, H),
         "self_attn.v_proj.weight": (cfg.nkv * hd, H),
         "self_attn.o_proj.weight": (H, cfg.nh * hd),
@@ -55,13 +69,22 @@ def weight_shapes(cfg: AttnConfig, has_mlp: bool = True) -> dict:
     }
     if has_mlp:
         I = cfg.intermediate_size
-        shapes.update({"mlp.gate_proj.weight": (I, H), "mlp.up_proj.weight": (I, H),
-                       "mlp.down_proj.weight": (H, I)})
+        shapes.update(
+            {
+                "mlp.gate_proj.weight": (I, H),
+                "mlp.up_proj.weight": (I, H),
+                "mlp.down_proj.weight": (H, I),
+            }
+        )
     if cfg.has_indexer:
         ihd = cfg.indexer_head_dim
-        shapes.update({"self_attn.indexer.qk_proj.weight": ((cfg.indexer_n_heads + 1) * ihd, H),
-                       "self_attn.indexer.q_norm.weight": (ihd,),
-                       "self_attn.indexer.k_norm.weight": (ihd,)})
+        shapes.update(
+            {
+                "self_attn.indexer.qk_proj.weight": ((cfg.indexer_n_heads + 1) * ihd, H),
+                "self_attn.indexer.q_norm.weight": (ihd,),
+                "self_attn.indexer.k_norm.weight": (ihd,),
+            }
+        )
     return shapes
 
 
@@ -75,8 +98,9 @@ def check_layer_args(weight_format, sparse_v, n_splits):
     sparse_arg(sparse_v)
     if n_splits is not None:
         if isinstance(n_splits, (bool, np.bool_)) or not isinstance(n_splits, (int, np.integer)):
-            raise TypeError(f"n_splits must be None or a positive int, got "
-                            f"{type(n_splits).__name__}")
+            raise TypeError(
+                f"n_splits must be None or a positive int, got {type(n_splits).__name__}"
+            )
         if n_splits < 1:
             raise ValueError(f"n_splits must be None or a positive int, got {n_splits!r}")
 
@@ -91,16 +115,20 @@ def check_weights(cfg, w, weight_format):
     if cfg.attention_bias:
         raise ValueError("cfg.attention_bias is True, but the layer has no projection biases")
     if cfg.hidden_act != "silu":
-        raise ValueError(f"cfg.hidden_act is {cfg.hidden_act!r}; the layer's MLP is SwiGLU "
-                         f"('silu')")
+        raise ValueError(
+            f"cfg.hidden_act is {cfg.hidden_act!r}; the layer's MLP is SwiGLU ('silu')"
+        )
     if not isinstance(w, Mapping):
-        raise TypeError(f"w must be a mapping of weight name -> array (LayerWeights), got "
-                        f"{type(w).__name__}")
+        raise TypeError(
+            f"w must be a mapping of weight name -> array (LayerWeights), got {type(w).__name__}"
+        )
     mlp_given = [n for n in MLP_WEIGHTS if n in w]
     if 0 < len(mlp_given) < len(MLP_WEIGHTS):
         missing = next(n for n in MLP_WEIGHTS if n not in w)
-        raise ValueError(f"w: missing weight {missing!r}: a dense MLP needs all of "
-                         f"{list(MLP_WEIGHTS)} (a MoE layer has none of them)")
+        raise ValueError(
+            f"w: missing weight {missing!r}: a dense MLP needs all of "
+            f"{list(MLP_WEIGHTS)} (a MoE layer has none of them)"
+        )
     has_mlp = bool(mlp_given)
     for name, shape in weight_shapes(cfg, has_mlp).items():
         if name not in w:
@@ -110,14 +138,18 @@ def check_weights(cfg, w, weight_format):
         a = f32_array(f"w[{name!r}]", w[name])
         if weight_format == "q8" and name in PROJECTIONS:
             if a.shape[-1] % Q8_GROUP:
-                raise ValueError(f"w[{name!r}]: input dim {a.shape[-1]} is not a multiple of "
-                                 f"{Q8_GROUP}, so it cannot be Q8_0-quantized")
+                raise ValueError(
+                    f"w[{name!r}]: input dim {a.shape[-1]} is not a multiple of "
+                    f"{Q8_GROUP}, so it cannot be Q8_0-quantized"
+                )
             # the scales q8_quantize would compute (amax / 127 as float16), checked for inf
             amax = np.abs(a.reshape(a.shape[0], -1, Q8_GROUP)).max(axis=-1)
             with np.errstate(over="ignore"):
-                check_scales(f"w[{name!r}]", (amax / np.float32(127)).astype(np.float16),
-                             Q8_LIMIT)
+                check_scales(f"w[{name!r}]", (amax / np.float32(127)).astype(np.float16), Q8_LIMIT)
     if not has_mlp:
-        warnings.warn("FullAttentionLayer: no dense MLP weights (MoE checkpoint?): running "
-                      "attention only, y = x + attention(x)", stacklevel=3)
+        warnings.warn(
+            "FullAttentionLayer: no dense MLP weights (MoE checkpoint?): running "
+            "attention only, y = x + attention(x)",
+            stacklevel=3,
+        )
     return has_mlp

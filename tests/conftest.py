@@ -11,6 +11,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     from qwenref.gpu import available
+
     if available():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU / CuPy on this machine")
@@ -23,6 +24,7 @@ def pytest_collection_modifyitems(config, items):
 def rng(request):
     """A fresh generator per test, seeded from the test's name so failures reproduce."""
     import zlib
+
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
@@ -35,10 +37,12 @@ def tiny_cfg():
 def cp():
     """CuPy, through qwenref's loader (GPU tests only: they are skipped without a GPU)."""
     from qwenref.gpu._runtime import cupy
+
     return cupy()
 
 
 @pytest.fixture
 def gpu():
     import qwenref.gpu as g
+
     return g

@@ -1,5 +1,6 @@
 """Checks shared by several GPU test files (pytest puts tests/ on sys.path, so they import this as
 `gpu_checks`). Plain numpy: nothing here needs a GPU until a CuPy array is passed in."""
+
 import numpy as np
 
 
@@ -39,6 +40,8 @@ def assert_partials_close(cp, got, ref, what, rel, extra=None):
     if extra is not None:
         tol = tol + np.asarray(extra)[~ninf]
     err = np.abs(g - r)
-    assert (err <= tol).all(), (f"{what}: max err {err.max():.3g} (tol {tol[err.argmax()]:.3g}) "
-                                f"at flat index {err.argmax()}, scale {scale:.3g}")
+    assert (err <= tol).all(), (
+        f"{what}: max err {err.max():.3g} (tol {tol[err.argmax()]:.3g}) "
+        f"at flat index {err.argmax()}, scale {scale:.3g}"
+    )
     return float(err.max() / scale)

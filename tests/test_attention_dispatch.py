@@ -3,6 +3,7 @@ choose_impl, rung_kernel and mma_kernel_name over it) are plain Python over the 
 the config (a golden cache has the same attributes), and every kernel name they can produce must
 exist in the module the wrapper loads it from (attention_v1.cu, attention_mma.cu,
 attention_combine.cu). plan() with the split count given needs no GPU either."""
+
 import dataclasses
 import re
 from pathlib import Path
@@ -25,35 +26,49 @@ SRC_V1, SRC_MMA = _module_src(A._MODULE["v1"]), _module_src(A._MODULE["mma"])
 
 
 def cache(n_rep, kind="q8", hd=256):
-    cfg = qwenref.AttnConfig(hidden_size=64, num_attention_heads=2 * n_rep, num_key_value_heads=2,
-                             head_dim=hd, intermediate_size=128)
+    cfg = qwenref.AttnConfig(
+        hidden_size=64,
+        num_attention_heads=2 * n_rep,
+        num_key_value_heads=2,
+        head_dim=hd,
+        intermediate_size=128,
+    )
     return golden.KVCache(cfg, max_t=64, kind=kind)
 
 
-@pytest.mark.parametrize("nb,n_rep,sel,name", [
-    (1, 6, False, "attn_partials_q8_mma_n1"), (4, 6, False, "attn_partials_q8_mma_n3"),
-    (5, 6, False, "attn_partials_q8_mma_n4"), (1, 8, False, "attn_partials_q8_mma_n1"),
-    (1, 6, True, "attn_partials_q8_mma_sel_n1"), (1, 2, True, "attn_partials_q8_mma_sel_n1")])
+@pytest.mark.parametrize(
+    "nb,n_rep,sel,name",
+    [
+        (1, 6, False, "attn_partials_q8_mma_n1"),
+        (4, 6, False, "attn_partials_q8_mma_n3"),
+        (5, 6, False, "attn_partials_q8_mma_n4"),
+        (1, 8, False, "attn_partials_q8_mma_n1"),
+        (1, 6, True, "attn_partials_q8_mma_sel_n1"),
+        (1, 2, True, "attn_partials_q8_mma_sel_n1"),
+    ],
+)
 def test_mma_kernel_name(nb, n_rep, sel, name):
     assert A.mma_kernel_name(nb, n_rep, sel) == name
     # the mma module declares it: ATTN_PARTIALS_MMA(<suffix>, ...) makes
     # attn_partials_q8_mma_<suffix>
-    suffix = name[len("attn_partials_q8_mma_"):]
+    suffix = name[len("attn_partials_q8_mma_") :]
     assert re.search(rf"^ATTN_PARTIALS_MMA\({suffix},", SRC_MMA, re.M), name
 
 
 def test_each_module_holds_what_the_wrapper_loads_from_it():
     """NVRTC compiles each module alone: the combine and the mma smem query must be in the
     modules the wrapper names for them, and each partials family in its rung's module only."""
-    def literal_kernels(src):      # extern "C" kernels outside #define bodies
-        code = "\n".join(l for l in src.replace("\\\n", " ").splitlines()
-                         if not l.lstrip().startswith("#"))
+
+    def literal_kernels(src):  # extern "C" kernels outside #define bodies
+        code = "\n".join(
+            l for l in src.replace("\\\n", " ").splitlines() if not l.lstrip().startswith("#")
+        )
         code = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", code)
         return re.findall(r'extern "C"\s+__global__\s+void\s+(\w+)\s*\(', code)
 
     assert literal_kernels(_module_src(A._COMBINE_MODULE)) == [A._COMBINE]
-    assert literal_kernels(SRC_MMA) == ["attn_mma_smem_bytes"]   # the rest: ATTN_PARTIALS_MMA
-    assert literal_kernels(SRC_V1) == []                         # all by ATTN_PARTIALS
+    assert literal_kernels(SRC_MMA) == ["attn_mma_smem_bytes"]  # the rest: ATTN_PARTIALS_MMA
+    assert literal_kernels(SRC_V1) == []  # all by ATTN_PARTIALS
     assert not re.search(r"^ATTN_PARTIALS\(", SRC_MMA, re.M)
     assert not re.search(r"^ATTN_PARTIALS_MMA\(", SRC_V1, re.M)
     assert A._MODULE["v0"] == "attention_v0"
@@ -64,20 +79,29 @@ def test_selective_mma_kernel_takes_one_row_of_at_most_8_heads():
         A.mma_kernel_name(2, 6, True)
     with pytest.raises(ValueError, match="one row"):
         A.mma_kernel_name(1, 12, True)
-    with pytest.raises(ValueError, match="one row"):     # 2 x 2 heads fit one tile, but each
-        A.mma_kernel_name(2, 2, True)                      # row has its own token list
+    with pytest.raises(ValueError, match="one row"):  # 2 x 2 heads fit one tile, but each
+        A.mma_kernel_name(2, 2, True)  # row has its own token list
 
 
-@pytest.mark.parametrize("nb,n_rep,selective,sparse_v,want", [
-    (1, 6, False, 0.0, "mma"), (4, 6, False, 0.0, "mma"), (6, 6, False, 0.0, "v1"),
-    (1, 6, True, 0.0, "mma"), (2, 6, True, 0.0, "v1"), (1, 12, True, 0.0, "v1"),
-    (2, 2, True, 0.0, "v1"), (1, 2, True, 0.0, "mma"),
-    (1, 6, False, 1e-3, "v1")])
+@pytest.mark.parametrize(
+    "nb,n_rep,selective,sparse_v,want",
+    [
+        (1, 6, False, 0.0, "mma"),
+        (4, 6, False, 0.0, "mma"),
+        (6, 6, False, 0.0, "v1"),
+        (1, 6, True, 0.0, "mma"),
+        (2, 6, True, 0.0, "v1"),
+        (1, 12, True, 0.0, "v1"),
+        (2, 2, True, 0.0, "v1"),
+        (1, 2, True, 0.0, "mma"),
+        (1, 6, False, 1e-3, "v1"),
+    ],
+)
 def test_choose_impl(nb, n_rep, selective, sparse_v, want):
-    sel_n = object() if selective else None       # choose_impl only asks whether it is given
+    sel_n = object() if selective else None  # choose_impl only asks whether it is given
     got = A.choose_impl(cache(n_rep), nb, sparse_v, sel_n)
     assert got == want
-    if got == "mma":                              # every choice has a kernel to launch
+    if got == "mma":  # every choice has a kernel to launch
         A.mma_kernel_name(nb, n_rep, selective)
 
 
@@ -95,7 +119,7 @@ SRC_V0 = _module_src(A._MODULE["v0"])
 
 def test_rungs():
     assert A.RUNGS == {"attention": ("v0", "v1", "mma")}
-    assert A.DEFAULT_RUNG == {"attention": None}          # None: choose_impl decides per call
+    assert A.DEFAULT_RUNG == {"attention": None}  # None: choose_impl decides per call
     assert A.choose_impl(cache(6), 1, impl="v0") == "v0"
     assert A.choose_impl(cache(6, kind="turbo3"), 9, 1e-3, object(), impl="v0") == "v0"
 
@@ -106,23 +130,27 @@ def test_every_kind_has_a_kernel_on_each_rung(kind):
     ...) makes attention_v0_<pair>, ATTN_PARTIALS(<pair>, ...) attn_partials_<pair>)."""
     v0 = A.rung_kernel("attention", "v0", kind=kind, nb=3, n_rep=4, hd=64)
     v1 = A.rung_kernel("attention", "v1", kind=kind, nb=3, n_rep=4, hd=64)
-    pair = v0[len("attention_v0_"):]
+    pair = v0[len("attention_v0_") :]
     assert v1 == "attn_partials_" + pair
     assert re.search(rf"^ATTENTION_V0\({pair},", SRC_V0, re.MULTILINE), v0
     assert re.search(rf"^ATTN_PARTIALS\({pair},", SRC_V1, re.MULTILINE), v1
 
 
-@pytest.mark.parametrize("impl,shape,name", [
-    ("v0", {"kind": "q8"}, "attention_v0_q8_q8"),
-    ("v0", {"kind": "bf16k-turbo2v"}, "attention_v0_bf16_turbo2"),
-    ("v1", {"kind": "q8"}, "attn_partials_q8_q8"),
-    ("mma", {"kind": "q8", "nb": 4, "n_rep": 6}, "attn_partials_q8_mma_n3"),
-    ("mma", {"kind": "q8", "n_rep": 2, "selective": True}, "attn_partials_q8_mma_sel_n1"),
-    (None, {"kind": "q8", "nb": 1, "n_rep": 6, "hd": 256}, "attn_partials_q8_mma_n1"),
-    (None, {"kind": "q8", "nb": 6, "n_rep": 6}, "attn_partials_q8_q8"),
-    (None, {"kind": "q8", "sparse_v": 1e-3}, "attn_partials_q8_q8"),
-    (None, {"kind": "q8", "hd": 64}, "attn_partials_q8_q8"),
-    (None, {"kind": "turbo4"}, "attn_partials_turbo4_turbo4")])
+@pytest.mark.parametrize(
+    "impl,shape,name",
+    [
+        ("v0", {"kind": "q8"}, "attention_v0_q8_q8"),
+        ("v0", {"kind": "bf16k-turbo2v"}, "attention_v0_bf16_turbo2"),
+        ("v1", {"kind": "q8"}, "attn_partials_q8_q8"),
+        ("mma", {"kind": "q8", "nb": 4, "n_rep": 6}, "attn_partials_q8_mma_n3"),
+        ("mma", {"kind": "q8", "n_rep": 2, "selective": True}, "attn_partials_q8_mma_sel_n1"),
+        (None, {"kind": "q8", "nb": 1, "n_rep": 6, "hd": 256}, "attn_partials_q8_mma_n1"),
+        (None, {"kind": "q8", "nb": 6, "n_rep": 6}, "attn_partials_q8_q8"),
+        (None, {"kind": "q8", "sparse_v": 1e-3}, "attn_partials_q8_q8"),
+        (None, {"kind": "q8", "hd": 64}, "attn_partials_q8_q8"),
+        (None, {"kind": "turbo4"}, "attn_partials_turbo4_turbo4"),
+    ],
+)
 def test_rung_kernel(impl, shape, name):
     assert A.rung_kernel("attention", impl, **shape) == name
 
@@ -154,7 +182,7 @@ def test_bad_impl_is_refused_before_anything_runs():
 # the tensor-core rung applies.
 PLAN_CASES = [
     ("q8", 1, 6, 256, 0.0, False, "mma", None),
-    ("q8", 5, 6, 256, 0.0, False, "mma", None),                  # 30 columns
+    ("q8", 5, 6, 256, 0.0, False, "mma", None),  # 30 columns
     ("q8", 6, 6, 256, 0.0, False, "v1", "nb * n_rep = 36 > 32"),
     ("q8", 1, 6, 128, 0.0, False, "mma", None),
     ("q8", 1, 6, 64, 0.0, False, "v1", "head_dim 64"),
@@ -162,11 +190,11 @@ PLAN_CASES = [
     ("q8", 1, 6, 256, 0.0, True, "mma", None),
     ("q8", 2, 6, 256, 0.0, True, "v1", "selective rows"),
     ("q8", 1, 12, 256, 0.0, True, "v1", "selective rows"),
-    ("q8", 2, 2, 128, 0.0, True, "v1", "selective rows"),        # one tile, two token lists
+    ("q8", 2, 2, 128, 0.0, True, "v1", "selective rows"),  # one tile, two token lists
     ("bf16", 1, 6, 256, 0.0, False, "v1", "(bf16, bf16) are not q8/q8"),
     ("turbo4", 1, 6, 256, 0.0, False, "v1", "not q8/q8"),
     ("bf16k-turbo3v", 1, 6, 256, 0.0, True, "v1", "(bf16, turbo3) are not q8/q8"),
-    ("f32", 9, 6, 64, 1e-3, True, "v1", "not q8/q8"),             # the first reason is given
+    ("f32", 9, 6, 64, 1e-3, True, "v1", "not q8/q8"),  # the first reason is given
 ]
 
 
@@ -179,21 +207,35 @@ def test_plan_rung_and_why(kind, nb, n_rep, hd, sparse_v, selective, rung, why):
         assert p.why is None
     else:
         assert why in p.why
-    assert p.n_splits is None                            # the split count is plan()'s, on the GPU
+    assert p.n_splits is None  # the split count is plan()'s, on the GPU
     # the wrappers that predate the plan read it
     assert A.choose_impl(c, nb, sparse_v, object() if selective else None) == rung
-    assert A.rung_kernel("attention", kind=kind, nb=nb, n_rep=n_rep, hd=hd,
-                         selective=selective, sparse_v=sparse_v) == p.kernel
+    assert (
+        A.rung_kernel(
+            "attention",
+            kind=kind,
+            nb=nb,
+            n_rep=n_rep,
+            hd=hd,
+            selective=selective,
+            sparse_v=sparse_v,
+        )
+        == p.kernel
+    )
 
 
 @pytest.mark.parametrize("kind", golden.CACHE_KINDS)
 def test_plan_fields_per_rung(kind):
     """kernel, combine, threads, smem, options and tol of each rung; v0 has no partials."""
     c = cache(6, kind=kind)
-    pair = A.rung_kernel("attention", "v1", kind=kind)[len("attn_partials_"):]
+    pair = A.rung_kernel("attention", "v1", kind=kind)[len("attn_partials_") :]
     v0 = A.plan_rung(c, 3, impl="v0")
-    assert (v0.rung, v0.kernel, v0.combine, v0.n_splits) == ("v0", f"attention_v0_{pair}", None,
-                                                             None)
+    assert (v0.rung, v0.kernel, v0.combine, v0.n_splits) == (
+        "v0",
+        f"attention_v0_{pair}",
+        None,
+        None,
+    )
     assert (v0.threads, v0.smem, v0.options, v0.tol) == (32, 0, (), A.TOL_ATTN)
     assert v0.why == "impl='v0' asked for"
     v1 = A.plan_rung(c, 3, impl="v1")
@@ -201,10 +243,13 @@ def test_plan_fields_per_rung(kind):
     assert (v1.threads, v1.smem, v1.options, v1.tol) == (128, 0, (), A.TOL_ATTN)
     if kind == "q8":
         mma = A.plan_rung(c, 3)
-        assert (mma.rung, mma.kernel, mma.combine) == ("mma", "attn_partials_q8_mma_n3",
-                                                       "attn_combine")
+        assert (mma.rung, mma.kernel, mma.combine) == (
+            "mma",
+            "attn_partials_q8_mma_n3",
+            "attn_combine",
+        )
         assert (mma.threads, mma.tol, mma.why) == (128, A.TOL_ATTN_MMA, None)
-        assert mma.smem == A._mma_smem_bytes(256, 3) > 48 * 1024   # needs the opt-in
+        assert mma.smem == A._mma_smem_bytes(256, 3) > 48 * 1024  # needs the opt-in
     else:
         with pytest.raises(ValueError, match="impl='mma' does not apply"):
             A.plan_rung(c, 3, impl="mma")
@@ -212,13 +257,17 @@ def test_plan_fields_per_rung(kind):
 
 def test_plan_tol_per_rung():
     """tol follows the precision: fp16 P.V (2u + u^2, u = 2^-11) on mma, float32 elsewhere."""
-    u = 2.0 ** -11
-    assert 2 * u + u * u < A.TOL_ATTN_MMA < 2 * 2.0 ** -10
+    u = 2.0**-11
+    assert 2 * u + u * u < A.TOL_ATTN_MMA < 2 * 2.0**-10
     assert A.TOL_ATTN < A.TOL_ATTN_MMA
     c = cache(6)
     assert {r: A.plan_rung(c, 1, impl=r).tol for r in A.IMPLS} == {
-        "v0": A.TOL_ATTN, "v1": A.TOL_ATTN, "mma": A.TOL_ATTN_MMA}
-    from qwenref.bench import tolerances                 # one source: the bench imports them
+        "v0": A.TOL_ATTN,
+        "v1": A.TOL_ATTN,
+        "mma": A.TOL_ATTN_MMA,
+    }
+    from qwenref.bench import tolerances  # one source: the bench imports them
+
     assert (tolerances.TOL_ATTN, tolerances.TOL_ATTN_MMA) == (A.TOL_ATTN, A.TOL_ATTN_MMA)
 
 

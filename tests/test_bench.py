@@ -1,6 +1,7 @@
 """The bench's driver on the CPU: the tolerances it holds kernels to, the layer case's selection
 check, the command line (refusing to record without a commit, failing cleanly without a GPU),
 the run list and the ladder's coverage. (The GPU cases themselves run only on the device.)"""
+
 import numpy as np
 import pytest
 
@@ -11,13 +12,14 @@ from qwenref.bench.cases_layer import selection_match
 from qwenref.bench.tolerances import TOL_ATTN, TOL_ATTN_MMA, attention_tol
 from qwenref.golden.kvcache import CACHE_KINDS
 
-
 # ---- tolerances and checks -------------------------------------------------------------------
+
 
 def test_attention_tol_follows_the_decode_path():
     """The fp16 P.V tolerance applies exactly where decode_attention takes the tensor-core path
     (q8/q8, hd 256, dense rows or one selective row); v1 keeps the float32 one."""
     import types
+
     cfg = qwenref.AttnConfig.qwen35_27b()
     cache = types.SimpleNamespace(cfg=cfg, k_kind="q8", v_kind="q8")
     assert attention_tol(cache, 1) == TOL_ATTN_MMA
@@ -27,9 +29,10 @@ def test_attention_tol_follows_the_decode_path():
     bf16 = types.SimpleNamespace(cfg=cfg, k_kind="bf16", v_kind="bf16")
     assert attention_tol(bf16, 1) == TOL_ATTN
     # the fp16 bound: two roundings of u = 2^-11 per term
-    assert 2 * 2.0 ** -11 + 2.0 ** -22 < TOL_ATTN_MMA < 2 * 2.0 ** -10
+    assert 2 * 2.0**-11 + 2.0**-22 < TOL_ATTN_MMA < 2 * 2.0**-10
     # one source of truth: the plan's tol, whose constants live in gpu.attention
     from qwenref.gpu import attention as A
+
     assert (TOL_ATTN, TOL_ATTN_MMA) == (A.TOL_ATTN, A.TOL_ATTN_MMA)
     for c, nb, sel in ((cache, 1, None), (cache, 4, np.ones(4, np.int32)), (bf16, 1, None)):
         want = A.plan_rung(c, nb, selective=sel is not None).tol
@@ -49,6 +52,7 @@ def test_selection_match_reads_the_gpu_trace():
 
 # ---- refusing to record ----------------------------------------------------------------------
 
+
 def test_main_refuses_to_record_without_commit(monkeypatch, tmp_path, capsys):
     monkeypatch.delenv("QWENREF_COMMIT", raising=False)
     out = tmp_path / "results"
@@ -59,6 +63,7 @@ def test_main_refuses_to_record_without_commit(monkeypatch, tmp_path, capsys):
 
 def test_main_without_gpu_fails_cleanly_and_records_nothing(monkeypatch, tmp_path, capsys):
     import qwenref.gpu._runtime as rt
+
     monkeypatch.setattr(rt, "available", lambda: False)
     monkeypatch.setenv("QWENREF_COMMIT", "0123abc")
     out = tmp_path / "results"
@@ -74,13 +79,19 @@ def test_python_m_qwenref_bench_is_the_entry_point():
     import subprocess
     import sys
     from pathlib import Path
+
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, "-m", "qwenref.bench", "--help"], capture_output=True,
-                       text=True, cwd=root)
+    r = subprocess.run(
+        [sys.executable, "-m", "qwenref.bench", "--help"], capture_output=True, text=True, cwd=root
+    )
     assert r.returncode == 0 and "--only STAGE" in r.stdout and "--dry" in r.stdout, r.stderr
     if not qwenref.gpu.available():
-        r = subprocess.run([sys.executable, "-m", "qwenref.bench", "--dry"], capture_output=True,
-                           text=True, cwd=root)
+        r = subprocess.run(
+            [sys.executable, "-m", "qwenref.bench", "--dry"],
+            capture_output=True,
+            text=True,
+            cwd=root,
+        )
         assert r.returncode == 1 and "qwenref.bench:" in r.stderr, r.stdout + r.stderr
         assert "Traceback" not in r.stderr
 
@@ -94,6 +105,7 @@ def test_main_rejects_unknown_stage():
 
 
 # ---- the run list covers the target shapes ------------------------------------------------
+
 
 def test_cases_cover_every_stage_and_the_target_shapes():
     cases = cli.case_list(quick=False)
@@ -115,11 +127,18 @@ def test_cases_cover_every_stage_and_the_target_shapes():
 
 # the kernel-choosing shape each ladder case passes for its family
 _LADDER_SHAPES = {
-    "rms_norm": {}, "add_rms_norm": {}, "qk_norm_rope": {"head_dim": 256}, "wht": {"n": 256},
-    "q8_append": {"head_dim": 256, "bits": 8}, "turbo_append": {"head_dim": 256, "bits": 4},
-    "update_block_keys": {}, "block_scores": {}, "select": {"nblk": 512, "kblk": 32},
-    "attention": {"kind": "q8", "nb": 1, "n_rep": 6}, "gemv": {"kind": "q8", "nb": 1,
-                                                               "n_out": 5120}}
+    "rms_norm": {},
+    "add_rms_norm": {},
+    "qk_norm_rope": {"head_dim": 256},
+    "wht": {"n": 256},
+    "q8_append": {"head_dim": 256, "bits": 8},
+    "turbo_append": {"head_dim": 256, "bits": 4},
+    "update_block_keys": {},
+    "block_scores": {},
+    "select": {"nblk": 512, "kblk": 32},
+    "attention": {"kind": "q8", "nb": 1, "n_rep": 6},
+    "gemv": {"kind": "q8", "nb": 1, "n_out": 5120},
+}
 
 
 def test_the_ladder_covers_every_family():

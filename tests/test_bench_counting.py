@@ -1,5 +1,6 @@
 """The bench's byte counting (qwenref/bench/counting.py), on the CPU: what each kernel must move,
 by hand and against the golden cache's own sizes and selections."""
+
 import numpy as np
 import pytest
 
@@ -8,12 +9,13 @@ from qwenref import golden
 from qwenref.bench import counting
 from qwenref.golden.kvcache import CACHE_KINDS
 
-
 # ---- byte counting ---------------------------------------------------------------------------
 
+
 def test_kv_bytes_per_token_matches_golden_cache_for_every_kind():
-    cfg = qwenref.AttnConfig.qwen35_27b().replace(indexer_n_heads=0, indexer_head_dim=0,
-                                                  indexer_compress_ratio=0, indexer_budget=0)
+    cfg = qwenref.AttnConfig.qwen35_27b().replace(
+        indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0, indexer_budget=0
+    )
     for kind in CACHE_KINDS:
         got = counting.kv_bytes_per_token(kind, cfg.nkv, cfg.head_dim)
         assert got == golden.KVCache(cfg, max_t=1, kind=kind).nbytes_per_token(), kind
@@ -50,13 +52,13 @@ def test_visible_tokens_count_agrees_with_golden_selection(tiny_cfg, rng, t):
     bkeys = rng.standard_normal((max(nc, 1), c.indexer_head_dim)).astype(np.float32)
     idx, _ = golden.row_selection(t, q, bkeys, R, kblk)
     assert counting.visible_tokens_count(t, R, kblk) == len(idx)
-    assert counting.visible_tokens_count(t) == t + 1            # no indexer: dense
+    assert counting.visible_tokens_count(t) == t + 1  # no indexer: dense
 
 
 def test_bytes_attention_dense_reads_the_longest_row_once():
     per = counting.kv_bytes_per_token("q8", 4, 256)
     got = counting.bytes_attention(4, 24, 4, 256, "q8", base_pos=1000)
-    assert got == 1004 * per + 4 * 4 * 24 * 256 * 2          # K/V once + q + out
+    assert got == 1004 * per + 4 * 4 * 24 * 256 * 2  # K/V once + q + out
     gated = counting.bytes_attention(4, 24, 4, 256, "q8", base_pos=1000, gate=True)
     assert gated - got == 4 * 4 * 24 * 256
 
@@ -65,13 +67,14 @@ def test_bytes_attention_selective_counts_the_selected_tokens():
     per = counting.kv_bytes_per_token("q8", 4, 256)
     R, kblk, base = 64, 32, 131071
     got = counting.bytes_attention(1, 24, 4, 256, "q8", base, R, kblk, selective=True)
-    n = kblk * R + 0                                          # t + 1 = 131072: no tail
+    n = kblk * R + 0  # t + 1 = 131072: no tail
     assert got == n * (per + 4) + 4 * 24 * 256 * 2
     assert got < counting.bytes_attention(1, 24, 4, 256, "q8", base) / 50
 
 
 def test_layer_stage_bytes_cover_the_stages_and_sum_to_total():
     from qwenref.gpu.layer import STAGES
+
     cfg = qwenref.AttnConfig.qwen35_27b()
     b = counting.layer_stage_bytes(cfg, 1, 32768, "q8", "q8")
     assert set(b) - {"total"} <= set(STAGES)
@@ -80,8 +83,9 @@ def test_layer_stage_bytes_cover_the_stages_and_sum_to_total():
     # the weights dominate a q8 decode step: ~1.06 bytes per parameter
     n_par = (2 * 24 * 256 + 2 * 4 * 256 + 9 * 128) * 5120 + 5120 * 6144 + 3 * 17408 * 5120
     assert 1.0 * n_par < b["total"] < 1.2 * n_par
-    dense = cfg.replace(indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0,
-                        indexer_budget=0)
+    dense = cfg.replace(
+        indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0, indexer_budget=0
+    )
     bd = counting.layer_stage_bytes(dense, 1, 32768, "q8", "f32")
     assert "select" not in bd and "indexer_q" not in bd
     assert bd["qkv_proj"] == counting.bytes_linear(1, 5120, 2 * 24 * 256 + 2 * 4 * 256, 4)

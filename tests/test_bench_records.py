@@ -1,6 +1,7 @@
 """The bench's records (qwenref/bench/records.py), on the CPU: one run's fields, the results
 schema, the table, reading / merging / writing results files, and the refusal to record without
 a commit."""
+
 import json
 import math
 
@@ -9,21 +10,37 @@ import pytest
 
 from qwenref.bench import records
 
-
 # ---- records, schema, table ------------------------------------------------------------------
 
+
 def _run(**kw):
-    args = dict(stage="gemv", kernel="gemv_q8", shape={"nb": 1, "n_in": 5120, "n_out": 5120},
-                median_us=10.0, nbytes=40_000_000, copy_gbps=4000.0, err=1e-7, tol=1e-5)
+    args = dict(
+        stage="gemv",
+        kernel="gemv_q8",
+        shape={"nb": 1, "n_in": 5120, "n_out": 5120},
+        median_us=10.0,
+        nbytes=40_000_000,
+        copy_gbps=4000.0,
+        err=1e-7,
+        tol=1e-5,
+    )
     args.update(kw)
-    return records.make_run(args.pop("stage"), args.pop("kernel"), args.pop("shape"),
-                            args.pop("median_us"), args.pop("nbytes"), args.pop("copy_gbps"),
-                            args.pop("err"), args.pop("tol"), **args)
+    return records.make_run(
+        args.pop("stage"),
+        args.pop("kernel"),
+        args.pop("shape"),
+        args.pop("median_us"),
+        args.pop("nbytes"),
+        args.pop("copy_gbps"),
+        args.pop("err"),
+        args.pop("tol"),
+        **args,
+    )
 
 
 def test_make_run_derives_bandwidth_share_and_speedup():
     r = _run(peer="cuBLAS bf16", peer_us=25.0)
-    assert r["gbps"] == pytest.approx(4000.0)                 # 40 MB in 10 us
+    assert r["gbps"] == pytest.approx(4000.0)  # 40 MB in 10 us
     assert r["pct_of_copy"] == pytest.approx(100.0)
     assert r["speedup"] == pytest.approx(2.5)
     assert r["ok"] is True
@@ -34,12 +51,16 @@ def test_make_run_derives_bandwidth_share_and_speedup():
 
 
 def test_error_run_is_recorded_and_printed_not_raised():
-    r = records.error_run("attention", "decode_attention q8", {"T": 4096},
-                          ImportError("no module named qwenref.gpu.attention"))
+    r = records.error_run(
+        "attention",
+        "decode_attention q8",
+        {"T": 4096},
+        ImportError("no module named qwenref.gpu.attention"),
+    )
     assert r["ok"] is False and "ImportError" in r["error"]
     table = records.format_table([_run(), r])
     lines = table.splitlines()
-    assert len(lines) == 2 + 2                                # header, rule, two runs
+    assert len(lines) == 2 + 2  # header, rule, two runs
     assert "ERROR ImportError" in lines[-1]
 
 
@@ -50,14 +71,22 @@ def test_format_table_fixed_width_and_fail_flag():
     body = lines[3:]
     assert len(body) == 3
     widths = {len(l.split(" | ")[0]) for l in body}
-    assert widths == {9}                                      # stage column is fixed width
+    assert widths == {9}  # stage column is fixed width
     assert "FAIL" in body[1] and "FAIL" not in body[0]
-    assert "0.50" in body[1]                                  # speedup 5 / 10
+    assert "0.50" in body[1]  # speedup 5 / 10
 
 
 def _doc(runs, commit="0123abc"):
-    return {"device": "NVIDIA H200", "date": "2026-01-01T00:00:00+00:00", "commit": commit,
-            "cupy": "14.0", "cuda": "13.0", "torch": None, "copy_gbps": 4000.0, "runs": runs}
+    return {
+        "device": "NVIDIA H200",
+        "date": "2026-01-01T00:00:00+00:00",
+        "commit": commit,
+        "cupy": "14.0",
+        "cuda": "13.0",
+        "torch": None,
+        "copy_gbps": 4000.0,
+        "runs": runs,
+    }
 
 
 def test_validate_doc_catches_missing_keys_and_partial_peers():
@@ -65,7 +94,7 @@ def test_validate_doc_catches_missing_keys_and_partial_peers():
     with pytest.raises(ValueError, match="commit"):
         records.validate_doc(_doc([_run()], commit=""))
     bad = _run()
-    bad["peer"] = "p"                                         # peer without its time/speedup
+    bad["peer"] = "p"  # peer without its time/speedup
     with pytest.raises(ValueError, match="peer"):
         records.validate_doc(_doc([bad]))
     d = _doc([_run()])
@@ -80,7 +109,7 @@ def test_write_results_writes_json_and_npz(tmp_path):
     samples = {0: records.sample_pairs(ref, ref + 1, seed=0)}
     j, n = records.write_results(_doc(runs), samples, tmp_path / "res", "nvidia-h200")
     assert j.name == "nvidia-h200.json" and n.name == "nvidia-h200.npz"
-    doc = json.loads(j.read_text())                           # NaN written as null: valid JSON
+    doc = json.loads(j.read_text())  # NaN written as null: valid JSON
     assert doc["commit"] == "0123abc" and len(doc["runs"]) == 2
     assert doc["runs"][1]["median_us"] is None
     z = np.load(n)
@@ -99,17 +128,24 @@ def test_write_results_merge_replaces_only_the_stages_run(tmp_path):
     def pair(v):
         a = np.full(5, v, np.float32)
         return a, a + 1
+
     first = [_run(stage="norm", kernel="rms_norm"), _run(stage="gemv", kernel="gemv_q8")]
     records.write_results(_doc(first), {0: pair(0), 1: pair(1)}, tmp_path, "d")
     # a later call that ran only gemv: norm's run and sample are kept, gemv's replaced
-    again = [_run(stage="gemv", kernel="gemv_q8", median_us=20.0),
-             _run(stage="gemv", kernel="linear f32")]
-    records.write_results(dict(_doc(again, commit="fedcba9"), only=["gemv"]), {1: pair(7)},
-                          tmp_path, "d", merge=True)
+    again = [
+        _run(stage="gemv", kernel="gemv_q8", median_us=20.0),
+        _run(stage="gemv", kernel="linear f32"),
+    ]
+    records.write_results(
+        dict(_doc(again, commit="fedcba9"), only=["gemv"]), {1: pair(7)}, tmp_path, "d", merge=True
+    )
     doc, samples = records.read_results(tmp_path, "d")
-    assert doc["only"] == ["gemv", "norm"]             # what the merged file holds
+    assert doc["only"] == ["gemv", "norm"]  # what the merged file holds
     assert [(r["stage"], r["kernel"]) for r in doc["runs"]] == [
-        ("norm", "rms_norm"), ("gemv", "gemv_q8"), ("gemv", "linear f32")]
+        ("norm", "rms_norm"),
+        ("gemv", "gemv_q8"),
+        ("gemv", "linear f32"),
+    ]
     assert doc["runs"][1]["median_us"] == 20.0 and doc["commit"] == "fedcba9"
     assert sorted(samples) == [0, 2]
     assert samples[0][0][0] == 0 and samples[2][0][0] == 7
@@ -132,7 +168,7 @@ def test_rel_err_edge_cases():
     x = np.array([3.0, 4.0])
     assert records.rel_err(x, x) == 0.0
     assert records.rel_err(x + [0.0, 5e-3], x) == pytest.approx(1e-3)
-    assert records.rel_err([np.nan, 0.0], x) == math.inf       # NaN never passes
+    assert records.rel_err([np.nan, 0.0], x) == math.inf  # NaN never passes
     assert records.rel_err(x, np.zeros(2)) == math.inf
     assert records.rel_err(np.zeros(3), np.zeros(2)) == math.inf
 
@@ -144,24 +180,33 @@ def test_device_slug():
 
 # ---- refusing to record ----------------------------------------------------------------------
 
+
 def test_require_commit(monkeypatch):
     with pytest.raises(SystemExit, match="QWENREF_COMMIT"):
         records.require_commit({})
     with pytest.raises(SystemExit, match="QWENREF_COMMIT"):
-        records.require_commit({"QWENREF_COMMIT": "HEAD"})      # a name, not a sha
+        records.require_commit({"QWENREF_COMMIT": "HEAD"})  # a name, not a sha
     assert records.require_commit({"QWENREF_COMMIT": " 0123abcd \n"}) == "0123abcd"
 
 
 # ---- the ladder's runs merge apart from their stages ---------------------------------------
 
+
 def test_write_results_merge_keeps_the_ladder_apart_from_its_stages(tmp_path):
-    ladder = dict(_run(stage="norm", kernel="rms_norm_v0"), bench="ladder", family="rms_norm",
-                  rung=0, default=False)
+    ladder = dict(
+        _run(stage="norm", kernel="rms_norm_v0"),
+        bench="ladder",
+        family="rms_norm",
+        rung=0,
+        default=False,
+    )
     records.write_results(_doc([_run(stage="norm", kernel="rms_norm"), ladder]), {}, tmp_path, "d")
     # --only norm replaces the norm stage's runs and keeps the ladder's norm rung
     again = [_run(stage="norm", kernel="rms_norm", median_us=9.0)]
     records.write_results(dict(_doc(again), only=["norm"]), {}, tmp_path, "d", merge=True)
     doc, _ = records.read_results(tmp_path, "d")
     assert [(r["kernel"], r.get("bench")) for r in doc["runs"]] == [
-        ("rms_norm_v0", "ladder"), ("rms_norm", None)]
+        ("rms_norm_v0", "ladder"),
+        ("rms_norm", None),
+    ]
     assert doc["only"] == ["ladder", "norm"]

@@ -1,6 +1,7 @@
 """Kernel excerpts by name (qwenref.nbutil.kernel_excerpt): every excerpt a notebook shows exists,
 every literal extern "C" kernel can be cut out by its name, and the cutting itself is not fooled
 by braces in comments or strings, templates, macros or structs."""
+
 import ast
 import json
 import re
@@ -26,13 +27,19 @@ def _excerpt_calls():
             if cell["cell_type"] != "code":
                 continue
             # IPython magics and shell lines are not Python; they never hold these calls
-            src = "\n".join(l for l in "".join(cell["source"]).splitlines()
-                            if not l.lstrip().startswith(("%", "!")))
+            src = "\n".join(
+                l
+                for l in "".join(cell["source"]).splitlines()
+                if not l.lstrip().startswith(("%", "!"))
+            )
             for node in ast.walk(ast.parse(src)):
                 if not isinstance(node, ast.Call):
                     continue
-                fn = node.func.attr if isinstance(node.func, ast.Attribute) else \
-                    getattr(node.func, "id", None)
+                fn = (
+                    node.func.attr
+                    if isinstance(node.func, ast.Attribute)
+                    else getattr(node.func, "id", None)
+                )
                 if fn not in ("show_excerpt", "kernel_excerpt"):
                     continue
                 file, *names = [ast.literal_eval(a) for a in node.args]
@@ -47,14 +54,18 @@ CALLS = _excerpt_calls()
 
 def test_notebooks_show_excerpts_not_files():
     """The stage notebooks show kernel source, and only by name."""
-    assert {c[0] for c in CALLS} >= {"01_norm.ipynb", "05_kvcache_turbo.ipynb",
-                                     "07_attention_split_t.ipynb"}, CALLS
+    assert {c[0] for c in CALLS} >= {
+        "01_norm.ipynb",
+        "05_kvcache_turbo.ipynb",
+        "07_attention_split_t.ipynb",
+    }, CALLS
     for nb in NOTEBOOKS:
         assert "show_kernel(" not in nb.read_text(encoding="utf-8"), nb.name
 
 
-@pytest.mark.parametrize("nb,cell,file,name", CALLS,
-                         ids=[f"{c[0]}-{c[1]}-{c[2]}-{c[3]}" for c in CALLS])
+@pytest.mark.parametrize(
+    "nb,cell,file,name", CALLS, ids=[f"{c[0]}-{c[1]}-{c[2]}-{c[3]}" for c in CALLS]
+)
 def test_notebook_excerpt_exists(nb, cell, file, name):
     if name is None:
         assert nbutil.kernel_header(file).startswith("//")
@@ -65,8 +76,10 @@ def test_notebook_excerpt_exists(nb, cell, file, name):
 def _literal_kernels():
     """(file, name) of every extern "C" kernel spelled out in kernels_cuda/*.cu (not pasted
     together by a macro), found by a regex independent of the excerpt parser."""
-    decl = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?'
-                      r'(?!__launch_bounds__)([A-Za-z_]\w*)\s*\(')
+    decl = re.compile(
+        r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?'
+        r"(?!__launch_bounds__)([A-Za-z_]\w*)\s*\("
+    )
     out = []
     for p in sorted(kernels_dir().glob("*.cu")):
         code = "\n".join(l.split("//")[0] for l in p.read_text().splitlines())
@@ -90,7 +103,7 @@ def test_literal_kernel_excerpt(file, name):
 
 # ---- the parser on a file written to exercise it ----------------------------------------------
 
-SAMPLE = textwrap.dedent(r'''
+SAMPLE = textwrap.dedent(r"""
     // sample.cu — a header comment
     // over two lines
 
@@ -141,7 +154,7 @@ SAMPLE = textwrap.dedent(r'''
 
     extern "C" __global__ void __launch_bounds__(SIDES * 64)
     plain_kernel(float* y) { y[0] = brace_fn(1.f); }
-''').lstrip()
+""").lstrip()
 
 
 @pytest.fixture
@@ -181,16 +194,21 @@ def test_macro_and_generated_kernel(sample):
 
 def test_kernel_after_macro_invocations(sample):
     text = nbutil.kernel_excerpt(sample, "plain_kernel")
-    assert text == ('extern "C" __global__ void __launch_bounds__(SIDES * 64)\n'
-                    "plain_kernel(float* y) { y[0] = brace_fn(1.f); }")
+    assert text == (
+        'extern "C" __global__ void __launch_bounds__(SIDES * 64)\n'
+        "plain_kernel(float* y) { y[0] = brace_fn(1.f); }"
+    )
 
 
 def test_ambiguous_and_missing_names(sample):
-    with pytest.raises(ValueError, match=r"'twice' is ambiguous in kernels_cuda/sample\.cu.*"
-                                         r"line 34.*line 38"):
+    with pytest.raises(
+        ValueError,
+        match=r"'twice' is ambiguous in kernels_cuda/sample\.cu.*"
+        r"line 34.*line 38",
+    ):
         nbutil.kernel_excerpt(sample, "twice")
     with pytest.raises(ValueError, match=r"'reset' is not defined in kernels_cuda/sample\.cu"):
-        nbutil.kernel_excerpt(sample, "reset")      # a member, not a definition at file scope
+        nbutil.kernel_excerpt(sample, "reset")  # a member, not a definition at file scope
     with pytest.raises(FileNotFoundError):
         nbutil.kernel_excerpt("missing.cu", "brace_fn")
 
@@ -201,8 +219,11 @@ def test_header_and_show_excerpt_plain_text(sample, capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out
     titles = [l for l in out.splitlines() if l.startswith("// kernels_cuda/")]
-    assert titles == ["// kernels_cuda/sample.cu: header", "// kernels_cuda/sample.cu: Acc",
-                      "// kernels_cuda/sample.cu: SIDES"]
+    assert titles == [
+        "// kernels_cuda/sample.cu: header",
+        "// kernels_cuda/sample.cu: Acc",
+        "// kernels_cuda/sample.cu: SIDES",
+    ]
 
 
 def test_notebook_display_is_short_text_and_code_block(sample):

@@ -21,22 +21,22 @@ worst) and each literal WHT output is one sequential sum of hd terms. A float32 
 of v0's order on these inputs stays below 1e-6 relative (all kinds, all CASES and T = 1000),
 so 5e-5 leaves ~50x margin and still sits far below the 1e-3 a real bug costs.
 """
+
 import numpy as np
 import pytest
+from gpu_checks import assert_partials_close
 
 import qwenref
 import qwenref.gpu.attention as gpu_attention
 from qwenref import golden
 
-from gpu_checks import assert_partials_close
-
 pytestmark = pytest.mark.gpu
 
-REL = 2e-5                      # v1
-REL_V0 = 5e-5                   # v0: one float32 pass over T tokens (module docstring)
+REL = 2e-5  # v1
+REL_V0 = 5e-5  # v0: one float32 pass over T tokens (module docstring)
 # Every attention call here passes impl= one of these (the float32 rungs and their tolerances);
 # impl=None would pick the tensor-core rung for q8 caches, which has its own file and bound.
-IMPLS = [r for r in gpu_attention.RUNGS["attention"] if r != "mma"]   # ("v0", "v1")
+IMPLS = [r for r in gpu_attention.RUNGS["attention"] if r != "mma"]  # ("v0", "v1")
 
 
 def rel(impl):
@@ -45,8 +45,13 @@ def rel(impl):
 
 def make_cfg(hd, nh, nkv):
     """An attention-only config (no indexer) of the given head shape."""
-    return qwenref.AttnConfig(hidden_size=64, num_attention_heads=nh, num_key_value_heads=nkv,
-                              head_dim=hd, intermediate_size=128)
+    return qwenref.AttnConfig(
+        hidden_size=64,
+        num_attention_heads=nh,
+        num_key_value_heads=nkv,
+        head_dim=hd,
+        intermediate_size=128,
+    )
 
 
 def make_cache(gpu, cfg, kind, T, rng, max_t=None):
@@ -56,7 +61,7 @@ def make_cache(gpu, cfg, kind, T, rng, max_t=None):
     k = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
     v = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
     v += rng.standard_normal((1, cfg.nkv, cfg.head_dim)).astype(np.float32)
-    k[rng.choice(T, size=min(T, 3), replace=False)] *= 2.0     # outliers: the max must move
+    k[rng.choice(T, size=min(T, 3), replace=False)] *= 2.0  # outliers: the max must move
     gc.append(k, v)
     cache = gpu.KVCache.from_golden(gc)
     assert len(cache) == T
@@ -66,19 +71,22 @@ def make_cache(gpu, cfg, kind, T, rng, max_t=None):
 def make_q(cfg, nb, rng, spread=1.0):
     """q such that scores s = q.k*hd^-0.5*log2 e have std ~spread (log2 units): neither flat
     nor one-hot."""
-    return (rng.standard_normal((nb, cfg.nh, cfg.head_dim)) * spread / np.log2(np.e)
-            ).astype(np.float32)
+    return (rng.standard_normal((nb, cfg.nh, cfg.head_dim)) * spread / np.log2(np.e)).astype(
+        np.float32
+    )
 
 
 def rows_visible(base_pos, nb, sel=None):
     """Row b's visible token list: arange(base_pos + b + 1), or sel[b] when given and not None."""
-    return [np.arange(base_pos + b + 1) if sel is None or sel[b] is None else np.asarray(sel[b])
-            for b in range(nb)]
+    return [
+        np.arange(base_pos + b + 1) if sel is None or sel[b] is None else np.asarray(sel[b])
+        for b in range(nb)
+    ]
 
 
 def reference(gc, q, vis, n_splits, sparse_v=0.0, gate=None):
     """golden per row -> (m [nb,S,nh], l, o [nb,S,nh,hd], out [nb,nh,hd])."""
-    K, V = gc.keys(len(gc)), gc.values(len(gc))                 # [nkv, T, hd] as stored
+    K, V = gc.keys(len(gc)), gc.values(len(gc))  # [nkv, T, hd] as stored
     ms, ls, os_, outs = [], [], [], []
     for b, idx in enumerate(vis):
         qb = golden.wht(q[b]) if gc.k_rotated else q[b]
@@ -134,7 +142,7 @@ def test_decode_matches_golden(cp, gpu, rng, kind, case, impl):
     _, hd, nh, nkv, T, nb, n_splits, with_gate = case
     cfg = make_cfg(hd, nh, nkv)
     gc, cache = make_cache(gpu, cfg, kind, T, rng)
-    base_pos = T - nb                                       # the batch's last row sees all T
+    base_pos = T - nb  # the batch's last row sees all T
     q = make_q(cfg, nb, rng)
     gate = rng.standard_normal((nb, nh, hd)).astype(np.float32) * 2 if with_gate else None
     vis = rows_visible(base_pos, nb)
@@ -144,10 +152,13 @@ def test_decode_matches_golden(cp, gpu, rng, kind, case, impl):
     p = gpu_attention.plan(cache, nb, base_pos=base_pos, impl=impl, n_splits=n_splits)
     assert (p.rung, p.tol) == (impl, gpu_attention.TOL_ATTN)
     if impl == "v1":
-        S = p.n_splits                  # n_splits, or the kernel's own (auto_n_splits)
+        S = p.n_splits  # n_splits, or the kernel's own (auto_n_splits)
         assert S == n_splits or n_splits is None
-        m, l, o = (poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh)),
-                   poisoned(cp, (nb, S, nh, hd)))
+        m, l, o = (
+            poisoned(cp, (nb, S, nh)),
+            poisoned(cp, (nb, S, nh)),
+            poisoned(cp, (nb, S, nh, hd)),
+        )
         gpu.attn_partials(qd, cache, base_pos, n_splits, m_out=m, l_out=l, o_out=o, impl=impl)
         rm, rl, ro, rout = reference(gc, q, vis, S, gate=gate)
         if n_splits is not None and n_splits * 32 > T + 32:
@@ -155,7 +166,7 @@ def test_decode_matches_golden(cp, gpu, rng, kind, case, impl):
         assert_close(cp, m, rm, "m")
         assert_close(cp, l, rl, "l")
         assert_close(cp, o, ro, "o")
-    else:                               # v0: no partials; golden's output is the same for any S
+    else:  # v0: no partials; golden's output is the same for any S
         with pytest.raises(ValueError, match="impl='v0' has no partials"):
             gpu.attn_partials(qd, cache, base_pos, n_splits, impl=impl)
         S = n_splits
@@ -182,8 +193,9 @@ def test_auto_splits_match_any_split_count(cp, gpu, rng, kind, impl):
     q = make_q(cfg, nb, rng)
     vis = rows_visible(T - nb, nb)
     *_, rout = reference(gc, q, vis, golden.default_n_splits(T))
-    out = gpu.decode_attention(cp.asarray(q), cache, T - nb, out=poisoned(cp, (nb, 12, 256)),
-                               impl=impl)
+    out = gpu.decode_attention(
+        cp.asarray(q), cache, T - nb, out=poisoned(cp, (nb, 12, 256)), impl=impl
+    )
     assert_close(cp, out, rout, "out", rel=rel(impl))
 
 
@@ -203,22 +215,33 @@ def test_selective_rows(cp, gpu, rng, kind, hd, nh, nkv, impl):
     T, nb, W = 260, 4, 120
     gc, cache = make_cache(gpu, cfg, kind, T, rng)
     base_pos = T - nb
-    lists = [None, random_selection(rng, base_pos + 2, 97),
-             random_selection(rng, base_pos + 3, 33), random_selection(rng, base_pos + 4, 1)]
-    sel_idx = np.full((nb, W), 10**9, np.int32)             # garbage past sel_n (out of range)
+    lists = [
+        None,
+        random_selection(rng, base_pos + 2, 97),
+        random_selection(rng, base_pos + 3, 33),
+        random_selection(rng, base_pos + 4, 1),
+    ]
+    sel_idx = np.full((nb, W), 10**9, np.int32)  # garbage past sel_n (out of range)
     sel_n = np.zeros(nb, np.int32)
     for b, lst in enumerate(lists):
         if lst is not None:
-            sel_idx[b, :len(lst)] = lst
+            sel_idx[b, : len(lst)] = lst
             sel_n[b] = len(lst)
     q = make_q(cfg, nb, rng)
     vis = rows_visible(base_pos, nb, lists)
     assert_meaningful(gc, q, vis[:3])
     for S in (1, 3):
         *_, rout = reference(gc, q, vis, S)
-        out = gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=S,
-                                   sel_idx=cp.asarray(sel_idx), sel_n=cp.asarray(sel_n),
-                                   out=poisoned(cp, (nb, nh, hd)), impl=impl)
+        out = gpu.decode_attention(
+            cp.asarray(q),
+            cache,
+            base_pos,
+            n_splits=S,
+            sel_idx=cp.asarray(sel_idx),
+            sel_n=cp.asarray(sel_n),
+            out=poisoned(cp, (nb, nh, hd)),
+            impl=impl,
+        )
         assert_close(cp, out, rout, f"out (S={S})", rel=rel(impl))
 
 
@@ -231,12 +254,12 @@ def sparse_inputs(gpu, cfg, kind, rng, T):
     costs ~0.04, far above the allowed bound (~6e-3)."""
     hd, nkv = cfg.head_dim, cfg.nkv
     u = rng.standard_normal((nkv, hd))
-    u /= np.linalg.norm(u, axis=-1, keepdims=True)                          # [G, D]
+    u /= np.linalg.norm(u, axis=-1, keepdims=True)  # [G, D]
     level = np.full(T, -9.0)
     level[::4] = 0.0
     medium = rng.choice(np.arange(2, T, 4), size=3, replace=False)
     level[medium] = -3.0
-    beta = (level + 12.0) * hd ** 0.5 / np.log2(np.e)                       # [T]
+    beta = (level + 12.0) * hd**0.5 / np.log2(np.e)  # [T]
     k = beta[:, None, None] * u[None] + 0.01 * rng.standard_normal((T, nkv, hd))
     v = 0.5 * rng.standard_normal((T, nkv, hd))
     v[level == -9.0] = 1.0
@@ -261,15 +284,16 @@ def test_sparse_v_drops_a_subset_of_golden(cp, gpu, rng, kind, impl):
     K, V = gc.keys(T).astype(np.float64), gc.values(T).astype(np.float64)
     qb = golden.wht(q[0]) if gc.k_rotated else q[0]
     s = np.einsum("gtd,grd->grt", K, qb.reshape(cfg.nkv, cfg.n_rep, -1).astype(np.float64))
-    s = s.reshape(cfg.nh, T) * cfg.head_dim ** -0.5 * np.log2(np.e)
+    s = s.reshape(cfg.nh, T) * cfg.head_dim**-0.5 * np.log2(np.e)
     p = np.exp2(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)                                           # [H, T]
+    p /= p.sum(-1, keepdims=True)  # [H, T]
     dropped = p < thr
     assert dropped.mean() > 0.5, "input meant to let golden drop most low tokens"
-    assert ((p >= thr) & (p < 10 * thr)).sum() >= cfg.nh, \
+    assert ((p >= thr) & (p < 10 * thr)).sum() >= cfg.nh, (
         "input meant to hold tokens just above thr"
-    Vh = np.repeat(V, cfg.n_rep, axis=0)                                    # [H, T, D]
-    if gc.v_rotated:                                        # the bound lives in output space
+    )
+    Vh = np.repeat(V, cfg.n_rep, axis=0)  # [H, T, D]
+    if gc.v_rotated:  # the bound lives in output space
         Vh = golden.wht(Vh.astype(np.float32)).astype(np.float64)
     bound = np.einsum("ht,htd->hd", np.where(dropped, p, 0.0), np.abs(Vh))  # [H, D]
     assert bound.max() < 0.02, "bound too loose to catch a wrongly dropped medium token"
@@ -278,15 +302,17 @@ def test_sparse_v_drops_a_subset_of_golden(cp, gpu, rng, kind, impl):
     for S in (1, 2):
         *_, ref_sparse = reference(gc, q, vis, S, sparse_v=thr)
         *_, ref_dense = reference(gc, q, vis, S)
-        got = cp.asnumpy(gpu.decode_attention(qd, cache, T - 1, n_splits=S, sparse_v=thr,
-                                              impl=impl))
+        got = cp.asnumpy(
+            gpu.decode_attention(qd, cache, T - 1, n_splits=S, sparse_v=thr, impl=impl)
+        )
         dense = cp.asnumpy(gpu.decode_attention(qd, cache, T - 1, n_splits=S, impl=impl))
         assert_close(cp, cp.asarray(dense), ref_dense, "dense out", rel=rel(impl))
         scale = max(1.0, float(np.abs(ref_sparse).max()))
         err = np.abs(got[0] - ref_sparse[0])
         # 1.01: the bound itself is float64 over float32 inputs; REL: float32 sums as above
         assert (err <= bound * 1.01 + rel(impl) * scale).all(), (
-            f"S={S}: sparse output off by {err.max():.3g}, more than golden's dropped mass allows")
+            f"S={S}: sparse output off by {err.max():.3g}, more than golden's dropped mass allows"
+        )
         # the coherent low-token mass is ~6e-3 per dim: dropping most of it shows by > 5e-4
         assert np.abs(got - dense).max() > 5e-4 * scale, "sparse_v dropped (almost) nothing"
 
@@ -296,8 +322,9 @@ def test_sparse_v_drops_a_subset_of_golden(cp, gpu, rng, kind, impl):
 # threads, each group taking every ngrp-th split, COMBINE_UNR = 8 loads at a time. The shapes
 # cover one batch (S 5), several batches (S > 8 * ngrp: 300 at hd 256 with the WHT, 1000 at
 # hd 64), 32-dim chunks (hd 96: 3 CTAs), one group (hd 1024 with the WHT) and S = 1.
-@pytest.mark.parametrize("hd,S", [(64, 5), (64, 1000), (96, 67), (256, 5), (256, 300),
-                                  (1024, 40), (128, 1)])
+@pytest.mark.parametrize(
+    "hd,S", [(64, 5), (64, 1000), (96, 67), (256, 5), (256, 300), (1024, 40), (128, 1)]
+)
 def test_combine_lse_inverse_wht_gate(cp, gpu, rng, hd, S):
     """attn_combine alone: golden combine (+ lse2), then inverse WHT, then the gate; empty splits
     (m = -inf, l = 0) add nothing, even when their o holds NaN."""
@@ -306,20 +333,25 @@ def test_combine_lse_inverse_wht_gate(cp, gpu, rng, hd, S):
     l = rng.uniform(1, 30, (nb, S, nh)).astype(np.float32)
     o = (rng.standard_normal((nb, S, nh, hd)) * 10).astype(np.float32)
     if S > 1:
-        for e in {S - 1, S // 2}:                                # empty splits, poisoned o
+        for e in {S - 1, S // 2}:  # empty splits, poisoned o
             m[:, e], l[:, e], o[:, e] = -np.inf, 0, np.nan
     gate = (rng.standard_normal((nb, nh, hd)) * 3).astype(np.float32)
-    o_ref = np.nan_to_num(o, nan=0.0)                            # golden: empty adds nothing
-    for inverse in ((False, True) if hd & (hd - 1) == 0 else (False,)):
+    o_ref = np.nan_to_num(o, nan=0.0)  # golden: empty adds nothing
+    for inverse in (False, True) if hd & (hd - 1) == 0 else (False,):
         ref = np.empty((nb, nh, hd), np.float32)
         ref_lse = np.empty((nb, nh), np.float32)
         for b in range(nb):
             y, ref_lse[b] = golden.attn_combine(m[b], l[b], o_ref[b])
             ref[b] = golden.output_gate(golden.wht(y, inverse=True) if inverse else y, gate[b])
-        out, lse = gpu.attn_combine(cp.asarray(m), cp.asarray(l), cp.asarray(o),
-                                    inverse_wht=inverse, gate=cp.asarray(gate),
-                                    out=poisoned(cp, (nb, nh, hd)),
-                                    lse_out=poisoned(cp, (nb, nh)))
+        out, lse = gpu.attn_combine(
+            cp.asarray(m),
+            cp.asarray(l),
+            cp.asarray(o),
+            inverse_wht=inverse,
+            gate=cp.asarray(gate),
+            out=poisoned(cp, (nb, nh, hd)),
+            lse_out=poisoned(cp, (nb, nh)),
+        )
         assert_close(cp, out, ref, f"out (inverse_wht={inverse})")
         assert_close(cp, lse, ref_lse, "lse2")
 
@@ -363,7 +395,7 @@ def test_argument_checks(cp, gpu, rng, impl):
         return gpu.decode_attention(*args, impl=impl, **kw)
 
     with pytest.raises(ValueError, match="base_pos"):
-        attend(q, cache, 19)                                # rows would see token 20
+        attend(q, cache, 19)  # rows would see token 20
     with pytest.raises(TypeError, match="base_pos"):
         attend(q, cache, 3.0)
     with pytest.raises(TypeError, match="q"):
@@ -371,7 +403,7 @@ def test_argument_checks(cp, gpu, rng, impl):
     with pytest.raises(ValueError, match="q"):
         attend(q[:, :3], cache, 0)
     with pytest.raises(TypeError, match="cache"):
-        attend(q, gc, 0)                                    # a golden (numpy) cache
+        attend(q, gc, 0)  # a golden (numpy) cache
     with pytest.raises(ValueError, match="sel_idx and sel_n"):
         attend(q, cache, 0, sel_n=cp.zeros(2, cp.int32))
     with pytest.raises(ValueError, match="sel_idx"):

@@ -22,25 +22,30 @@ Tolerance. The kernel differs from float64 golden in two ways:
     token, a wrong head/column or group scale, or a masked token leaking into a row moves the
     output by ~p_t |v_t|, which is >> u * sum p |v| for these inputs (checked below).
 """
+
 import numpy as np
 import pytest
+from gpu_checks import assert_partials_close
 
 import qwenref
 import qwenref.gpu.attention as gpu_attention
 from qwenref import golden
 
-from gpu_checks import assert_partials_close
-
 pytestmark = pytest.mark.gpu
 
-REL = 2e-5          # float32-level part (as v1): scores, l, the combine
-U16 = 2.0 ** -11    # fp16 unit roundoff
-U_PV = 2 * U16 + U16 ** 2   # P = fp16(p) and V' = fp16(d_v * code): two roundings per term
+REL = 2e-5  # float32-level part (as v1): scores, l, the combine
+U16 = 2.0**-11  # fp16 unit roundoff
+U_PV = 2 * U16 + U16**2  # P = fp16(p) and V' = fp16(d_v * code): two roundings per term
 
 
 def make_cfg(hd, n_rep, nkv=2):
-    return qwenref.AttnConfig(hidden_size=64, num_attention_heads=n_rep * nkv,
-                              num_key_value_heads=nkv, head_dim=hd, intermediate_size=128)
+    return qwenref.AttnConfig(
+        hidden_size=64,
+        num_attention_heads=n_rep * nkv,
+        num_key_value_heads=nkv,
+        head_dim=hd,
+        intermediate_size=128,
+    )
 
 
 def make_cache(gpu, cfg, T, rng):
@@ -96,9 +101,24 @@ def check(cp, got, ref, what, bound=None):
 # T, nb, S: T = 1 (one token), T < 32, T = 33 (a 1-token split, and empty splits for the rows
 # that see <= 32), T = 97 with nb = 2 (rows see 96 / 97 tokens: 3 vs 4 chunks, so with S = 3 the
 # rows' split bounds differ and the CTA covers the union), 1000, 5000 (many blocks per split).
-SHAPES = [(1, 1, 1), (31, 1, 2), (31, 4, 2), (33, 1, 2), (33, 2, 3), (33, 3, 2), (33, 4, 2),
-          (97, 2, 3), (1000, 1, 3), (1000, 2, 4), (1000, 3, 3), (1000, 4, 5), (5000, 1, 4),
-          (5000, 2, 3), (5000, 3, 7), (5000, 4, 6)]
+SHAPES = [
+    (1, 1, 1),
+    (31, 1, 2),
+    (31, 4, 2),
+    (33, 1, 2),
+    (33, 2, 3),
+    (33, 3, 2),
+    (33, 4, 2),
+    (97, 2, 3),
+    (1000, 1, 3),
+    (1000, 2, 4),
+    (1000, 3, 3),
+    (1000, 4, 5),
+    (5000, 1, 4),
+    (5000, 2, 3),
+    (5000, 3, 7),
+    (5000, 4, 6),
+]
 HEADS = [(256, 6), (256, 2), (128, 6), (128, 2)]
 
 
@@ -116,8 +136,11 @@ def test_mma_partials_match_golden(cp, gpu, rng, hd, n_rep, T, nb, S):
 
     p = gpu_attention.plan(cache, nb, base_pos=base_pos, n_splits=S)
     assert p.rung == "mma", f"the tensor-core path does not apply: {p.why}"
-    assert (p.kernel, p.n_splits, p.tol) == (gpu_attention.mma_kernel_name(nb, n_rep), S,
-                                             gpu_attention.TOL_ATTN_MMA)
+    assert (p.kernel, p.n_splits, p.tol) == (
+        gpu_attention.mma_kernel_name(nb, n_rep),
+        S,
+        gpu_attention.TOL_ATTN_MMA,
+    )
     m, l, o = poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh, hd))
     gpu.attn_partials(cp.asarray(q), cache, base_pos, m_out=m, l_out=l, o_out=o, plan=p)
     check(cp, m, rm, "m")
@@ -147,9 +170,10 @@ def test_mma_auto_splits(cp, gpu, rng, hd, n_rep, nb):
     q = make_q(cfg, nb, rng)
     *_, rout, routa = reference(gc, q, T - nb, golden.default_n_splits(T))
     p = gpu_attention.plan(cache, nb, base_pos=T - nb)
-    assert p.rung == "mma" and p.n_splits > 1            # the kernel's own count: several
-    out = gpu.decode_attention(cp.asarray(q), cache, T - nb, out=poisoned(cp, (nb, cfg.nh, hd)),
-                               plan=p)
+    assert p.rung == "mma" and p.n_splits > 1  # the kernel's own count: several
+    out = gpu.decode_attention(
+        cp.asarray(q), cache, T - nb, out=poisoned(cp, (nb, cfg.nh, hd)), plan=p
+    )
     check(cp, out, rout, "out", bound=routa)
     # n_splits=None without a plan: the call's own plan is p (same bits)
     cp.testing.assert_array_equal(gpu.decode_attention(cp.asarray(q), cache, T - nb), out)
@@ -169,13 +193,19 @@ def selection(rng, T, n_blocks, R):
 # (T, R, blocks kept, W extra columns, S): one block + a 12-token tail (one split, a partial
 # 64-token pipeline block), lists that span several splits and pipeline blocks, R = 16
 # (pipeline blocks that straddle gaps; no tail), and sel_n larger than W (clipped to W).
-SEL_CASES = [(300, 32, 1, 0, 1), (2000, 64, 8, 3, 4), (2000, 16, 40, 0, 7),
-             (5000, 64, 31, 0, 33), (3000, 32, 12, 0, 5)]
+SEL_CASES = [
+    (300, 32, 1, 0, 1),
+    (2000, 64, 8, 3, 4),
+    (2000, 16, 40, 0, 7),
+    (5000, 64, 31, 0, 33),
+    (3000, 32, 12, 0, 5),
+]
 
 
 @pytest.mark.parametrize("hd,n_rep", [(256, 6), (128, 2)])
-@pytest.mark.parametrize("T,R,nbk,extra,S", SEL_CASES,
-                         ids=[f"T{c[0]}-R{c[1]}-k{c[2]}-S{c[4]}" for c in SEL_CASES])
+@pytest.mark.parametrize(
+    "T,R,nbk,extra,S", SEL_CASES, ids=[f"T{c[0]}-R{c[1]}-k{c[2]}-S{c[4]}" for c in SEL_CASES]
+)
 def test_mma_selective_row(cp, gpu, rng, hd, n_rep, T, R, nbk, extra, S):
     """One selective row (nb = 1) through the tensor-core kernel: golden partials over the
     listed tokens, the same split count; v1 on the same list agrees."""
@@ -184,11 +214,11 @@ def test_mma_selective_row(cp, gpu, rng, hd, n_rep, T, R, nbk, extra, S):
     gc, cache = make_cache(gpu, cfg, T, rng)
     idx = selection(rng, T, nbk, R)
     sel_n = np.array([len(idx)], np.int32)
-    if extra:             # `extra` more tokens listed and sel_n past W: the row sees all W
+    if extra:  # `extra` more tokens listed and sel_n past W: the row sees all W
         more = np.setdiff1d(np.arange(T), idx)[:extra]
         idx = np.sort(np.concatenate([idx, more])).astype(np.int32)
         sel_n[0] = len(idx) + 5
-    sel_idx = idx[None].copy()                                # W = len(idx)
+    sel_idx = idx[None].copy()  # W = len(idx)
     q = make_q(cfg, 1, rng, head_scales=True)
     K, V = gc.keys(T)[:, idx], gc.values(T)[:, idx]
     rm, rl, ro = golden.attn_partials(q[0], K, V, S)
@@ -198,18 +228,21 @@ def test_mma_selective_row(cp, gpu, rng, hd, n_rep, T, R, nbk, extra, S):
 
     m, l, o = poisoned(cp, (1, S, nh)), poisoned(cp, (1, S, nh)), poisoned(cp, (1, S, nh, hd))
     si, sn = cp.asarray(sel_idx), cp.asarray(sel_n)
-    p = gpu_attention.plan(cache, 1, base_pos=T - 1, selective=True, width=sel_idx.shape[1],
-                           n_splits=S)
+    p = gpu_attention.plan(
+        cache, 1, base_pos=T - 1, selective=True, width=sel_idx.shape[1], n_splits=S
+    )
     assert (p.rung, p.kernel) == ("mma", "attn_partials_q8_mma_sel_n1")
-    gpu.attn_partials(cp.asarray(q), cache, T - 1, S, sel_idx=si, sel_n=sn,
-                      m_out=m, l_out=l, o_out=o, plan=p)
+    gpu.attn_partials(
+        cp.asarray(q), cache, T - 1, S, sel_idx=si, sel_n=sn, m_out=m, l_out=l, o_out=o, plan=p
+    )
     check(cp, m, rm[None], "m")
     check(cp, l, rl[None], "l")
     check(cp, o, ro[None], "o", bound=roa[None])
     out = gpu.decode_attention(cp.asarray(q), cache, T - 1, sel_idx=si, sel_n=sn, plan=p)
     check(cp, out, rout[None], "out", bound=routa[None])
-    pv = gpu_attention.plan(cache, 1, base_pos=T - 1, selective=True, width=sel_idx.shape[1],
-                            n_splits=S, impl="v1")
+    pv = gpu_attention.plan(
+        cache, 1, base_pos=T - 1, selective=True, width=sel_idx.shape[1], n_splits=S, impl="v1"
+    )
     assert (pv.rung, pv.kernel, pv.tol) == ("v1", "attn_partials_q8_q8", gpu_attention.TOL_ATTN)
     v1 = gpu.decode_attention(cp.asarray(q), cache, T - 1, sel_idx=si, sel_n=sn, plan=pv)
     check(cp, out, cp.asnumpy(v1), "mma vs v1", bound=routa[None])
@@ -221,22 +254,29 @@ def test_selective_rows_with_own_lists_stay_apart(cp, gpu, rng):
     checked against golden over its own list."""
     cfg, T, S = make_cfg(128, 2), 900, 4
     gc, cache = make_cache(gpu, cfg, T, rng)
-    lists = [selection(rng, T - 1, 5, 32), selection(rng, T, 9, 32)]   # row b sees T - 1 + b
+    lists = [selection(rng, T - 1, 5, 32), selection(rng, T, 9, 32)]  # row b sees T - 1 + b
     W = max(map(len, lists))
     sel_idx = np.full((2, W), -1, np.int32)
     for b, idx in enumerate(lists):
-        sel_idx[b, :len(idx)] = idx
+        sel_idx[b, : len(idx)] = idx
     sel_n = np.array([len(i) for i in lists], np.int32)
     q = make_q(cfg, 2, rng)
-    out = gpu.decode_attention(cp.asarray(q), cache, T - 2, n_splits=S, sel_idx=cp.asarray(sel_idx),
-                               sel_n=cp.asarray(sel_n), out=poisoned(cp, (2, cfg.nh, 128)))
+    out = gpu.decode_attention(
+        cp.asarray(q),
+        cache,
+        T - 2,
+        n_splits=S,
+        sel_idx=cp.asarray(sel_idx),
+        sel_n=cp.asarray(sel_n),
+        out=poisoned(cp, (2, cfg.nh, 128)),
+    )
     for b, idx in enumerate(lists):
         K, V = gc.keys(T)[:, idx], gc.values(T)[:, idx]
         rm, rl, ro = golden.attn_partials(q[b], K, V, S)
         _, _, roa = golden.attn_partials(q[b], K, np.abs(V), S)
         rout, _ = golden.attn_combine(rm, rl, ro)
         routa, _ = golden.attn_combine(rm, rl, roa)
-        check(cp, out[b:b + 1], rout[None], f"row {b}", bound=routa[None])
+        check(cp, out[b : b + 1], rout[None], f"row {b}", bound=routa[None])
 
 
 def test_mma_selective_row_dense_fallback(cp, gpu, rng):
@@ -249,8 +289,9 @@ def test_mma_selective_row_dense_fallback(cp, gpu, rng):
     sel_idx = cp.full((1, 64), -1, cp.int32)
     p = gpu_attention.plan(cache, 1, base_pos=T - 1, selective=True, width=64, n_splits=3)
     assert p.rung == "mma"
-    out = gpu.decode_attention(cp.asarray(q), cache, T - 1, sel_idx=sel_idx,
-                               sel_n=cp.zeros(1, cp.int32), plan=p)
+    out = gpu.decode_attention(
+        cp.asarray(q), cache, T - 1, sel_idx=sel_idx, sel_n=cp.zeros(1, cp.int32), plan=p
+    )
     check(cp, out, rout, "out", bound=routa)
 
 
@@ -290,19 +331,21 @@ def test_impl_choice(cp, gpu, rng):
     impl='v1' forces v1; impl='mma' where it does not apply is an error."""
     cfg = make_cfg(128, 6)
     gc, cache = make_cache(gpu, cfg, 200, rng)
-    q = cp.asarray(make_q(cfg, 6, rng))                     # 6 rows * 6 = 36 columns > 32
+    q = cp.asarray(make_q(cfg, 6, rng))  # 6 rows * 6 = 36 columns > 32
 
     def run(qq, c=cache, base=150, sel_idx=None, sel_n=None, **kw):
         """The plan's rung, after checking the call runs it: given the plan, and building its
         own (the same kernel and splits give the same bits; mma and v1 differ in low bits)."""
         width = 0 if sel_idx is None else sel_idx.shape[1]
-        p = gpu_attention.plan(c, len(qq), base_pos=base, selective=sel_n is not None,
-                               width=width, n_splits=2, **kw)
+        p = gpu_attention.plan(
+            c, len(qq), base_pos=base, selective=sel_n is not None, width=width, n_splits=2, **kw
+        )
         a = gpu.decode_attention(qq, c, base, sel_idx=sel_idx, sel_n=sel_n, plan=p, **kw)
         b = gpu.decode_attention(qq, c, base, n_splits=2, sel_idx=sel_idx, sel_n=sel_n, **kw)
         cp.testing.assert_array_equal(a, b)
         return p.rung
-    assert run(q[:5]) == "mma"                              # 30 columns
+
+    assert run(q[:5]) == "mma"  # 30 columns
     assert run(q) == "v1"
     assert run(q[:2], impl="v1") == "v1"
     assert run(q[:2], sparse_v=1e-3) == "v1"
@@ -334,13 +377,14 @@ def test_smem_layout_matches_kernel(cp, gpu, hd, tuned):
     equal the kernel's own layout, under tuning options too (they reach the plan as
     arguments, not module state)."""
     from qwenref.gpu._runtime import kernel
+
     # MMA_NW must divide hd / 32 (attention_mma.cu's rule), so 8 warps only at hd 256
     options = (("-DMMA_NSTAGE=3",) + (("-DMMA_NW=8",) if hd == 256 else ())) if tuned else ()
     gc = golden.KVCache(make_cfg(hd, 6), max_t=64, kind="q8")
     plans = [gpu_attention.plan_rung(gc, nb, options=options) for nb in (1, 2, 3, 5)]
     assert [p.kernel for p in plans] == [f"attn_partials_q8_mma_n{n}" for n in (1, 2, 3, 4)]
     assert plans[0].threads == (256 if tuned and hd == 256 else 128)
-    assert len({p.options for p in plans}) == 1             # one module holds all four
+    assert len({p.options for p in plans}) == 1  # one module holds all four
     out = cp.zeros(4, np.int32)
     kernel("attention_mma", "attn_mma_smem_bytes", plans[0].options)((1,), (1,), (out,))
     assert cp.asnumpy(out).tolist() == [p.smem for p in plans]
@@ -356,17 +400,16 @@ def test_plan_must_fit_the_call(cp, gpu, rng):
     q = cp.asarray(make_q(cfg, 4, rng))
     p1 = gpu_attention.plan(cache, 1, base_pos=T - 1, n_splits=3)
     with pytest.raises(ValueError, match="plan does not fit this call: plan.kernel"):
-        gpu.decode_attention(q, cache, T - 4, plan=p1)                      # nb 4: n3 kernel
+        gpu.decode_attention(q, cache, T - 4, plan=p1)  # nb 4: n3 kernel
     sel_idx, sel_n = cp.zeros((1, 8), cp.int32), cp.ones(1, cp.int32)
-    with pytest.raises(ValueError, match="plan.kernel"):                    # needs sel_n1
+    with pytest.raises(ValueError, match="plan.kernel"):  # needs sel_n1
         gpu.decode_attention(q[:1], cache, T - 1, sel_idx=sel_idx, sel_n=sel_n, plan=p1)
     with pytest.raises(ValueError, match="impl='mma' does not apply"):
         gpu.decode_attention(q[:1], cache, T - 1, sparse_v=1e-3, plan=p1)
     with pytest.raises(ValueError, match="contradicts plan.n_splits"):
         gpu.decode_attention(q[:1], cache, T - 1, n_splits=4, plan=p1)
     with pytest.raises(ValueError, match="contradicts plan.n_splits"):
-        gpu.attn_partials(q[:1], cache, T - 1, m_out=cp.empty((1, 4, cfg.nh), cp.float32),
-                          plan=p1)
+        gpu.attn_partials(q[:1], cache, T - 1, m_out=cp.empty((1, 4, cfg.nh), cp.float32), plan=p1)
     with pytest.raises(ValueError, match="plan.options"):
         gpu.decode_attention(q[:1], cache, T - 1, plan=p1, options=("-DMMA_NSTAGE=3",))
     gc2 = golden.KVCache(cfg, max_t=T, kind="bf16")
@@ -374,7 +417,7 @@ def test_plan_must_fit_the_call(cp, gpu, rng):
     gc2.append(kv[0], kv[1])
     bf16 = gpu.KVCache.from_golden(gc2)
     pv = gpu_attention.plan(cache, 1, base_pos=T - 1, n_splits=3, impl="v1")
-    with pytest.raises(ValueError, match="plan.kernel"):                    # q8 kernel
+    with pytest.raises(ValueError, match="plan.kernel"):  # q8 kernel
         gpu.decode_attention(q[:1], bf16, T - 1, plan=pv)
     # a GPU-free plan (no split count) is completed by the call: the kernel's own count
     out = gpu.decode_attention(q[:1], cache, T - 1, plan=gpu_attention.plan_rung(cache, 1))

@@ -1,14 +1,14 @@
 """The shared GPU-test checks (tests/gpu_checks.py) run on the CPU here: each must fail on the
 errors it exists to catch, and wht_f32 must be the orthonormal Hadamard transform."""
+
 import types
 
 import numpy as np
 import pytest
 import scipy.linalg
-
 from gpu_checks import assert_partials_close, wht_f32
 
-NP = types.SimpleNamespace(asnumpy=np.asarray)     # stands in for CuPy: arrays are numpy here
+NP = types.SimpleNamespace(asnumpy=np.asarray)  # stands in for CuPy: arrays are numpy here
 
 
 def ref_partials():
@@ -28,7 +28,7 @@ def test_each_error_fails(what):
     r = ref_partials()
     g = r.copy()
     if what == "too far":
-        g[1, 1] += 1e-2                                  # > 2e-5 * (100 + 0.5)
+        g[1, 1] += 1e-2  # > 2e-5 * (100 + 0.5)
     elif what == "nan poison":
         g[0, 1] = np.nan
     elif what == "lost -inf":
@@ -44,7 +44,7 @@ def test_each_error_fails(what):
 def test_extra_term_widens_the_tolerance_elementwise():
     r = ref_partials()
     g = r.copy()
-    g[1, 1] += 1e-2                                      # tolerance without extra: 2.01e-3
+    g[1, 1] += 1e-2  # tolerance without extra: 2.01e-3
     extra = np.zeros_like(r)
     with pytest.raises(AssertionError):
         assert_partials_close(NP, g, r, "x", rel=2e-5, extra=extra)
@@ -59,5 +59,5 @@ def test_wht_f32_is_the_orthonormal_hadamard(n):
     got = wht_f32(x)
     assert got.dtype == np.float32 and got.shape == x.shape
     # log2(n) float32 passes over partial sums <= |x|_1 / sqrt(n), plus the scale's roundings
-    tol = (np.log2(n) + 3) * 2.0 ** -24 * np.abs(x).sum(axis=1, keepdims=True) / np.sqrt(n)
+    tol = (np.log2(n) + 3) * 2.0**-24 * np.abs(x).sum(axis=1, keepdims=True) / np.sqrt(n)
     assert (np.abs(got - want) <= tol).all()

@@ -1,5 +1,6 @@
 """`import qwenref.gpu` works with no GPU and no CuPy; calling a GPU function there says what is
 missing instead of failing somewhere deep (the public API, README.md)."""
+
 import numpy as np
 import pytest
 
@@ -10,15 +11,18 @@ import qwenref.gpu as gpu
 def test_public_names_resolve_without_cupy():
     for name in gpu.__all__:
         assert callable(getattr(gpu, name)) or isinstance(getattr(gpu, name), type), name
-    assert gpu.wht is getattr(gpu, "wht")       # the function, not the submodule of that name
+    assert gpu.wht is getattr(gpu, "wht")  # the function, not the submodule of that name
 
 
 @pytest.mark.skipif(gpu.available(), reason="a GPU is present: the calls would run")
-@pytest.mark.parametrize("call", [
-    lambda: gpu.rms_norm(np.ones((2, 64), np.float32), np.zeros(64, np.float32)),
-    lambda: gpu.wht(np.ones((2, 64), np.float32)),
-    lambda: gpu.KVCache(qwenref.AttnConfig.tiny(), 16, "q8"),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: gpu.rms_norm(np.ones((2, 64), np.float32), np.zeros(64, np.float32)),
+        lambda: gpu.wht(np.ones((2, 64), np.float32)),
+        lambda: gpu.KVCache(qwenref.AttnConfig.tiny(), 16, "q8"),
+    ],
+)
 def test_gpu_call_without_a_gpu_says_what_is_missing(call):
     with pytest.raises(RuntimeError, match="CuPy|CUDA device"):
         call()

@@ -17,6 +17,7 @@ tolerances: v0 keeps v1's precision choices (float64 block mean, sum of squares,
 head sum and RoPE, each rounded to float32 once), so it is held to the same 16 ulps / 1 ulp /
 exact selection.
 """
+
 import numpy as np
 import pytest
 
@@ -26,13 +27,17 @@ from qwenref.gpu.indexer import RUNGS
 
 pytestmark = pytest.mark.gpu
 
-ULPS = 16 * 2.0 ** -24
+ULPS = 16 * 2.0**-24
 
 
 def idx_cfg(R=8, kblk=4, inh=2, ihd=32, hd=64):
     return qwenref.AttnConfig.tiny().replace(
-        head_dim=hd, indexer_compress_ratio=R, indexer_budget=kblk * R, indexer_n_heads=inh,
-        indexer_head_dim=ihd)
+        head_dim=hd,
+        indexer_compress_ratio=R,
+        indexer_budget=kblk * R,
+        indexer_n_heads=inh,
+        indexer_head_dim=ihd,
+    )
 
 
 def empty_caches(gpu, cfg, max_t, T):
@@ -50,8 +55,7 @@ def assert_close_ulps(cp, got, ref, what):
     scale = np.abs(ref).max(axis=-1, keepdims=True)
     err = np.abs(got - ref)
     tol = ULPS * (np.abs(ref) + scale)
-    assert (err <= tol).all(), \
-        f"{what}: max err {err.max():.3g} (tol {tol.flat[err.argmax()]:.3g})"
+    assert (err <= tol).all(), f"{what}: max err {err.max():.3g} (tol {tol.flat[err.argmax()]:.3g})"
 
 
 def test_indexer_queries(cp, gpu, rng):
@@ -59,13 +63,14 @@ def test_indexer_queries(cp, gpu, rng):
     by ~1e-2 rad there)."""
     nb, inh, ihd, rd = 3, 4, 128, 64
     q_raw = (rng.standard_normal((nb, inh, ihd)) * 3 + 0.5).astype(np.float32)
-    q_raw[:, :, 7] *= 40.0                                     # an outlier channel
+    q_raw[:, :, 7] *= 40.0  # an outlier channel
     w = (rng.standard_normal(ihd) * 0.2).astype(np.float32)
     pos = np.array([3, 1000, 131071], np.int32)
     ref = golden.indexer_queries(q_raw, w, pos, rd, 1e7, eps=1e-6)
     out = cp.full((nb, inh, ihd), np.nan, np.float32)
-    got = gpu.indexer_queries(cp.asarray(q_raw), cp.asarray(w), cp.asarray(pos), rd, 1e7,
-                              eps=1e-6, out=out)
+    got = gpu.indexer_queries(
+        cp.asarray(q_raw), cp.asarray(w), cp.asarray(pos), rd, 1e7, eps=1e-6, out=out
+    )
     assert got is out
     assert_close_ulps(cp, out, ref, "queries")
 
@@ -106,46 +111,50 @@ def test_update_block_keys_far_positions(cp, gpu, rng, impl):
     max_t = 2048 * R + 5
     t0, t1 = max_t - 200 * R - 5, max_t - 3
     raw = np.zeros((max_t, ihd), np.float32)
-    raw[t0 - R:] = rng.standard_normal((max_t - t0 + R, ihd)) * 2 + rng.standard_normal(ihd)
+    raw[t0 - R :] = rng.standard_normal((max_t - t0 + R, ihd)) * 2 + rng.standard_normal(ihd)
     w = (rng.standard_normal(ihd) * 0.3).astype(np.float32)
     _, cache = empty_caches(gpu, cfg, max_t, max_t)
     cache.idx_keys[...] = cp.asarray(raw)
     cache.blk_keys[...] = np.nan
     blocks = gpu.update_block_keys(cache, cp.asarray(w), cfg, t0, t1, impl=impl)
     assert list(blocks) == list(range(t0 // R, t1 // R)) and len(blocks) == 200
-    ref = golden.block_keys(raw, blocks, R, w, cfg.indexer_rotary_dim, cfg.rope_theta,
-                            cfg.rms_norm_eps)
-    assert_close_ulps(cp, cache.blk_keys[blocks[0]:blocks[-1] + 1], ref, "block keys")
+    ref = golden.block_keys(
+        raw, blocks, R, w, cfg.indexer_rotary_dim, cfg.rope_theta, cfg.rms_norm_eps
+    )
+    assert_close_ulps(cp, cache.blk_keys[blocks[0] : blocks[-1] + 1], ref, "block keys")
     got = cp.asnumpy(cache.blk_keys)
-    assert np.isnan(got[:blocks[0]]).all() and np.isnan(got[blocks[-1] + 1:]).all(), \
+    assert np.isnan(got[: blocks[0]]).all() and np.isnan(got[blocks[-1] + 1 :]).all(), (
         "blocks outside [t0 // R, t1 // R) were written"
+    )
 
 
 @pytest.mark.parametrize("impl", RUNGS["block_scores"])
-@pytest.mark.parametrize("inh,ihd", [(3, 32), (8, 128), (12, 40), (1, 512), (17, 96), (4, 64),
-                                     (9, 256)])
+@pytest.mark.parametrize(
+    "inh,ihd", [(3, 32), (8, 128), (12, 40), (1, 512), (17, 96), (4, 64), (9, 256)]
+)
 def test_block_scores(cp, gpu, rng, inh, ihd, impl):
     """Rows crossing a block boundary; past a row's complete blocks the score is -inf. Head
     counts below, at and past the kernel's group of 8 (12, 17: a partial second / third group),
     the chunked layout (ihd 64, 128, 256, 512) and any other width (32, 40, 96)."""
     cfg = idx_cfg(R=8, inh=inh, ihd=ihd)
-    T, max_t, nb = 8 * 6 + 1, 80, 3                            # rows t = 46, 47, 48: nc 5, 6, 6
+    T, max_t, nb = 8 * 6 + 1, 80, 3  # rows t = 46, 47, 48: nc 5, 6, 6
     gc, cache = empty_caches(gpu, cfg, max_t, T)
     bk = rng.standard_normal((max_t // 8, ihd)).astype(np.float32)
     cache.blk_keys[...] = cp.asarray(bk)
     q = rng.standard_normal((nb, inh, ihd)).astype(np.float32)
     base_pos = T - nb
-    out = gpu.block_scores(cp.asarray(q), cache, base_pos,
-                           out=cp.full((nb, max_t // 8), np.nan, np.float32), impl=impl)
+    out = gpu.block_scores(
+        cp.asarray(q), cache, base_pos, out=cp.full((nb, max_t // 8), np.nan, np.float32), impl=impl
+    )
     got = cp.asnumpy(out)
     for b in range(nb):
         nc = (base_pos + b + 1) // 8
         ref = golden.block_scores(q[b], bk[:nc])
-        d = q[b] @ bk[:nc].T                                   # [inh, nc]
+        d = q[b] @ bk[:nc].T  # [inh, nc]
         if inh > 1:
             assert (d < 0).any() and (d > 0).any(), "input meant to make relu matter"
         # both sides: float64 sums rounded once -> equal up to one float32 ulp
-        assert np.abs(got[b, :nc] - ref).max() <= 2.0 ** -23 * np.abs(ref).max(), f"row {b}"
+        assert np.abs(got[b, :nc] - ref).max() <= 2.0**-23 * np.abs(ref).max(), f"row {b}"
         assert np.isneginf(got[b, nc:]).all()
 
 
@@ -185,7 +194,7 @@ def check_selection(cp, got, q, bk, base_pos, cfg, min_gap=1e-3):
             assert sel_n[b] == 0 and (sel_idx[b] == -1).all(), f"row {b} (nc={nc}) must be dense"
             continue
         if min_gap:
-            s = np.sort(golden.block_scores(q[b], bk[:nc - 1]).astype(np.float64))
+            s = np.sort(golden.block_scores(q[b], bk[: nc - 1]).astype(np.float64))
             gap = np.min(np.diff(s) / s[1:])
             assert gap >= min_gap, f"row {b}: score gap {gap:.2g} too small for a meaningful test"
         n = sel_n[b]
@@ -196,10 +205,12 @@ def check_selection(cp, got, q, bk, base_pos, cfg, min_gap=1e-3):
 
 def poisoned_outputs(cp, nb, cfg, nblk):
     W = cfg.kblk * cfg.indexer_compress_ratio + cfg.indexer_compress_ratio
-    return dict(sel_idx_out=cp.full((nb, W), 12345, cp.int32),
-                sel_n_out=cp.full((nb,), 777, cp.int32),
-                mask_out=cp.full((nb, nblk), 7, cp.uint8),
-                scores_out=cp.full((nb, nblk), np.nan, cp.float32))
+    return dict(
+        sel_idx_out=cp.full((nb, W), 12345, cp.int32),
+        sel_n_out=cp.full((nb,), 777, cp.int32),
+        mask_out=cp.full((nb, nblk), 7, cp.uint8),
+        scores_out=cp.full((nb, nblk), np.nan, cp.float32),
+    )
 
 
 def check_scores_out(cp, scores, q, bk, base_pos, R):
@@ -210,7 +221,7 @@ def check_scores_out(cp, scores, q, bk, base_pos, R):
         assert np.isneginf(s[b, nc:]).all(), f"row {b}: scores past the complete blocks"
         if nc:
             ref = golden.block_scores(q[b], bk[:nc])
-            assert np.abs(s[b, :nc] - ref).max() <= 2.0 ** -23 * np.abs(ref).max(), f"row {b}"
+            assert np.abs(s[b, :nc] - ref).max() <= 2.0**-23 * np.abs(ref).max(), f"row {b}"
 
 
 @pytest.mark.parametrize("impl", RUNGS["select"])
@@ -252,10 +263,11 @@ def test_select_many_blocks(cp, gpu, rng, n_slots, kblk, impl):
     radix select), rows crossing a block boundary."""
     cfg = idx_cfg(R=8, kblk=kblk, inh=4, ihd=64)
     max_t, nb = 8 * n_slots, 3
-    base_pos = max_t - nb            # t = max_t - 3 .. max_t - 1: the last row completes a block
+    base_pos = max_t - nb  # t = max_t - 3 .. max_t - 1: the last row completes a block
     cache, bk, q = designed_scores_cache(cp, gpu, cfg, max_t, max_t, nb, rng)
-    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg, impl=impl,
-                          **poisoned_outputs(cp, nb, cfg, max_t // 8))
+    got = gpu.select_rows(
+        cp.asarray(q), cache, base_pos, cfg, impl=impl, **poisoned_outputs(cp, nb, cfg, max_t // 8)
+    )
     check_selection(cp, got, q, bk, base_pos, cfg)
 
 
@@ -266,26 +278,28 @@ def test_select_exact_ties_go_to_the_lower_index(cp, gpu, rng, zeros, impl):
     the lower indices win, as in golden's stable sort."""
     cfg = idx_cfg(R=8, kblk=4)
     max_t, nb = 8 * 40, 2
-    base_pos = 8 * 20 - 1                                      # nc = 20, 20: 19 candidates, keep 3
+    base_pos = 8 * 20 - 1  # nc = 20, 20: 19 candidates, keep 3
     if zeros:
         # every candidate but 1 scores exactly 0: the 2 zero-slots go to the lowest indices
         others = [j for j in range(19) if j != 11]
-        cache, bk, q = designed_scores_cache(cp, gpu, cfg, max_t, base_pos + nb, nb, rng,
-                                             zeros=others)
+        cache, bk, q = designed_scores_cache(
+            cp, gpu, cfg, max_t, base_pos + nb, nb, rng, zeros=others
+        )
     else:
         cache, bk, q = designed_scores_cache(cp, gpu, cfg, max_t, base_pos + nb, nb, rng)
         s = golden.block_scores(q[0], bk[:19])
         order = np.argsort(-s, kind="stable")
-        tie = sorted(order[1:6].tolist())                      # ranks 2..6 tie: 2 of 5 kept
+        tie = sorted(order[1:6].tolist())  # ranks 2..6 tie: 2 of 5 kept
         bk[tie] = bk[tie[0]]
         cache.blk_keys[...] = cp.asarray(bk)
-    got = gpu.select_rows(cp.asarray(q), cache, base_pos, cfg, impl=impl,
-                          **poisoned_outputs(cp, nb, cfg, max_t // 8))
+    got = gpu.select_rows(
+        cp.asarray(q), cache, base_pos, cfg, impl=impl, **poisoned_outputs(cp, nb, cfg, max_t // 8)
+    )
     check_selection(cp, got, q, bk, base_pos, cfg, min_gap=0)
     for b in range(nb):
         s = golden.block_scores(q[b], bk[:19])
         kept = np.flatnonzero(cp.asnumpy(got[2])[b, :19])
-        boundary = np.sort(s)[::-1][2]                         # the 3rd best candidate score
+        boundary = np.sort(s)[::-1][2]  # the 3rd best candidate score
         assert (s == boundary).sum() > 1, "input meant to tie at the selection boundary"
         assert (s[kept] >= boundary).all()
 
@@ -295,19 +309,22 @@ def test_selection_drives_attention(cp, gpu, rng, impl):
     """select_rows' lists fed to decode_attention: equal to golden attention over golden's
     row_selection tokens (dense rows included)."""
     cfg = idx_cfg(R=8, kblk=4)
-    T, nb = 44, 5                                              # t = 39..43: first selective is 39
+    T, nb = 44, 5  # t = 39..43: first selective is 39
     gc = golden.KVCache(cfg, max_t=64, kind="q8")
     k = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
     v = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
     gc.append(k, v, index_k=rng.standard_normal((T, 32)).astype(np.float32))
     cache = gpu.KVCache.from_golden(gc)
-    base_pos = T - nb - 1                                      # t = 38 (dense) .. 42
+    base_pos = T - nb - 1  # t = 38 (dense) .. 42
     _, bk, qi = designed_scores_cache(cp, gpu, cfg, 64, T, nb, rng)
     cache.blk_keys[...] = cp.asarray(bk)
     sel_idx, sel_n, _ = gpu.select_rows(cp.asarray(qi), cache, base_pos, cfg, impl=impl)
     q = (rng.standard_normal((nb, cfg.nh, cfg.head_dim)) * 0.7).astype(np.float32)
-    out = cp.asnumpy(gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=2,
-                                          sel_idx=sel_idx, sel_n=sel_n))
+    out = cp.asnumpy(
+        gpu.decode_attention(
+            cp.asarray(q), cache, base_pos, n_splits=2, sel_idx=sel_idx, sel_n=sel_n
+        )
+    )
     K, V = gc.keys(T), gc.values(T)
     assert (cp.asnumpy(sel_n) == 0).any() and (cp.asnumpy(sel_n) > 0).any()
     for b in range(nb):
@@ -319,10 +336,10 @@ def test_selection_drives_attention(cp, gpu, rng, impl):
 
 
 @pytest.mark.parametrize("impl", RUNGS["select"])
-@pytest.mark.parametrize("kind", ["rand", "ties_at_boundary", "all_equal", "ascending",
-                                  "denormal"])
-@pytest.mark.parametrize("nblk,kblk", [(2048, 32), (2049, 64), (8192, 129), (8192, 130),
-                                       (400, 100), (1000, 40), (37, 1)])
+@pytest.mark.parametrize("kind", ["rand", "ties_at_boundary", "all_equal", "ascending", "denormal"])
+@pytest.mark.parametrize(
+    "nblk,kblk", [(2048, 32), (2049, 64), (8192, 129), (8192, 130), (400, 100), (1000, 40), (37, 1)]
+)
 def test_select_kernel_on_given_scores(cp, gpu, rng, kind, nblk, kblk, impl):
     """The selection kernel launched on score rows given directly (-inf past nc, as block_scores
     writes): exact against golden on each of v1's paths: the group-maximum filter (rand,
@@ -331,22 +348,29 @@ def test_select_kernel_on_given_scores(cp, gpu, rng, kind, nblk, kblk, impl):
     every Q (2, 4, 8) and ITEMS 2 to 32, one with fewer items per thread than groups (400, 100:
     ITEMS 2, Q 8); kblk 1 keeps only the latest block (K = 0). Every rung gets the same rows."""
     from qwenref.gpu.indexer import _launch_select
+
     R, nb = 8, 3
-    base_pos = nblk * R - nb                                   # rows t = nblk*R - 3 .. - 1
+    base_pos = nblk * R - nb  # rows t = nblk*R - 3 .. - 1
     S = np.full((nb, nblk), -np.inf, np.float32)
     for b in range(nb):
         nc = (base_pos + b + 1) // R
-        v = {"rand": lambda: rng.standard_normal(nc),
-             "ties_at_boundary": lambda: np.where(rng.random(nc) < 0.3, 3.0,
-                                                  rng.standard_normal(nc)),
-             "all_equal": lambda: np.zeros(nc),
-             "ascending": lambda: np.arange(nc, dtype=np.float64),
-             # below 2^-126 (and +-0.0): ordered by their bits, not by flushed arithmetic
-             "denormal": lambda: rng.standard_normal(nc) * 1e-41}[kind]()
+        v = {
+            "rand": lambda: rng.standard_normal(nc),
+            "ties_at_boundary": lambda: np.where(
+                rng.random(nc) < 0.3, 3.0, rng.standard_normal(nc)
+            ),
+            "all_equal": lambda: np.zeros(nc),
+            "ascending": lambda: np.arange(nc, dtype=np.float64),
+            # below 2^-126 (and +-0.0): ordered by their bits, not by flushed arithmetic
+            "denormal": lambda: rng.standard_normal(nc) * 1e-41,
+        }[kind]()
         S[b, :nc] = v
     W = kblk * R + R
-    out = (cp.full((nb, W), 12345, cp.int32), cp.full((nb,), 777, cp.int32),
-           cp.full((nb, nblk), 7, cp.uint8))
+    out = (
+        cp.full((nb, W), 12345, cp.int32),
+        cp.full((nb,), 777, cp.int32),
+        cp.full((nb, nblk), 7, cp.uint8),
+    )
     _launch_select(impl, cp.asarray(S), nb, nblk, base_pos, R, kblk, *out)
     sel_idx, sel_n, mask = (cp.asnumpy(a) for a in out)
     for b in range(nb):
@@ -354,8 +378,9 @@ def test_select_kernel_on_given_scores(cp, gpu, rng, kind, nblk, kblk, impl):
         nc = (t + 1) // R
         idx, m = golden.visible_tokens(t, golden.select_blocks(S[b, :nc], kblk), R)
         assert sel_n[b] == len(idx), f"row {b}"
-        assert (sel_idx[b, :len(idx)] == idx).all() and (sel_idx[b, len(idx):] == -1).all(), \
+        assert (sel_idx[b, : len(idx)] == idx).all() and (sel_idx[b, len(idx) :] == -1).all(), (
             f"row {b}: token list differs from golden"
+        )
         assert (mask[b, :nc] == m).all() and (mask[b, nc:] == 0).all(), f"row {b}: mask"
 
 
@@ -366,15 +391,22 @@ def test_argument_checks(cp, gpu, rng, impl):
     q = cp.zeros((2, 2, 32), cp.float32)
     with pytest.raises(ValueError, match="base_pos"):
         gpu.select_rows(q, cache, 19, cfg, impl=impl)
-    with pytest.raises(ValueError, match="base_pos"):                # more blocks than rows
-        gpu.select_rows(q, cache, 18, cfg.replace(indexer_compress_ratio=1, indexer_budget=4),
-                        impl=impl)
+    with pytest.raises(ValueError, match="base_pos"):  # more blocks than rows
+        gpu.select_rows(
+            q, cache, 18, cfg.replace(indexer_compress_ratio=1, indexer_budget=4), impl=impl
+        )
     with pytest.raises(ValueError, match="q"):
         gpu.block_scores(cp.zeros((2, 2, 16), cp.float32), cache, 0, impl=impl)
     with pytest.raises(ValueError, match="indexer"):
-        gpu.select_rows(q, cache, 0, cfg.replace(indexer_n_heads=0, indexer_head_dim=0,
-                                                 indexer_compress_ratio=0, indexer_budget=0),
-                        impl=impl)
+        gpu.select_rows(
+            q,
+            cache,
+            0,
+            cfg.replace(
+                indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0, indexer_budget=0
+            ),
+            impl=impl,
+        )
     with pytest.raises(ValueError, match="t1"):
         gpu.update_block_keys(cache, cp.zeros(32, cp.float32), cfg, 10, 5, impl=impl)
     with pytest.raises(ValueError, match="t1"):

@@ -14,8 +14,10 @@ pass order and quantize with the golden's float32 operations, so both must store
 bit for bit. The tests marked gpu skip without a GPU; the rung names and the impl check run
 anywhere.
 """
+
 import numpy as np
 import pytest
+from gpu_checks import wht_f32
 
 import qwenref
 from qwenref import golden
@@ -24,10 +26,8 @@ from qwenref.gpu import kvcache as gpu_kv
 from qwenref.gpu._runtime import kernel_source
 from qwenref.layout import side_arrays, turbo_bits
 
-from gpu_checks import wht_f32
-
 gpu = pytest.mark.gpu
-IMPLS = gpu_kv.RUNGS["q8_append"]            # KVCache.append's impl: one value for both families
+IMPLS = gpu_kv.RUNGS["q8_append"]  # KVCache.append's impl: one value for both families
 assert IMPLS == gpu_kv.RUNGS["turbo_append"]
 
 KINDS = gk.CACHE_KINDS
@@ -48,28 +48,42 @@ def assert_bits_equal(got, want, what=""):
 # ---- inputs that hit the formats' edges -----------------------------------------------------
 def q8_group(rng, pattern):
     """One group of 32 values of a given kind."""
-    if pattern == 0:        # exact ties of x * id: amax = 127 * 2^k so d32 = 2^k, id = 2^-k exact
+    if pattern == 0:  # exact ties of x * id: amax = 127 * 2^k so d32 = 2^k, id = 2^-k exact
         k = rng.choice([-3, 0, 5])
-        t = np.array([127, -126.5, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 63.5, -100.5,
-                      np.nextafter(np.float32(0.5), np.float32(0)),        # 0.49999997 -> 0
-                      -np.nextafter(np.float32(0.5), np.float32(0)),
-                      np.nextafter(np.float32(1.5), np.float32(0)),        # -> 1
-                      np.nextafter(np.float32(2.5), np.float32(3))],       # -> 3
-                     np.float32)
-        rest = np.round(rng.uniform(-126, 126, 32 - t.size) * 2) / 2       # more halves
+        t = np.array(
+            [
+                127,
+                -126.5,
+                0.5,
+                -0.5,
+                1.5,
+                -1.5,
+                2.5,
+                -2.5,
+                63.5,
+                -100.5,
+                np.nextafter(np.float32(0.5), np.float32(0)),  # 0.49999997 -> 0
+                -np.nextafter(np.float32(0.5), np.float32(0)),
+                np.nextafter(np.float32(1.5), np.float32(0)),  # -> 1
+                np.nextafter(np.float32(2.5), np.float32(3)),
+            ],  # -> 3
+            np.float32,
+        )
+        rest = np.round(rng.uniform(-126, 126, 32 - t.size) * 2) / 2  # more halves
         g = np.concatenate([t, rest.astype(np.float32)])
-        return (rng.permutation(g) * np.float32(2.0 ** k)).astype(np.float32)
-    if pattern == 1:        # all zero: d = 0, id = 0, q = 0
+        return (rng.permutation(g) * np.float32(2.0**k)).astype(np.float32)
+    if pattern == 1:  # all zero: d = 0, id = 0, q = 0
         return np.zeros(32, np.float32)
-    if pattern == 2:        # tiny: d32 ~ 1e-32 (normal float32) underflows to float16 0
+    if pattern == 2:  # tiny: d32 ~ 1e-32 (normal float32) underflows to float16 0
         return (1e-30 * rng.standard_normal(32)).astype(np.float32)
     return (rng.standard_normal(32) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
 
 
 def q8_input(rng, rows, n):
     g = n // 32
-    return np.stack([np.concatenate([q8_group(rng, (r + j) % 4) for j in range(g)])
-                     for r in range(rows)])
+    return np.stack(
+        [np.concatenate([q8_group(rng, (r + j) % 4) for j in range(g)]) for r in range(rows)]
+    )
 
 
 def fma_trap_group(rng, bits):
@@ -77,7 +91,7 @@ def fma_trap_group(rng, bits):
     fused multiply-add instead of two float32 roundings (the golden's). Found by search: x * id
     rounds (float32) onto the boundary between codes 0 and 1, its exact value lies just below."""
     L, off = np.float32(((1 << bits) - 1) / 2), np.float32(1 << (bits - 1))
-    if bits < 2:            # boundary 0|1 at x * id = 0: no rounding to trip over
+    if bits < 2:  # boundary 0|1 at x * id = 0: no rounding to trip over
         return rng.standard_normal(16).astype(np.float32)
     for _ in range(10000):
         amax = np.float32(rng.uniform(0.5, 2.0))
@@ -85,25 +99,27 @@ def fma_trap_group(rng, bits):
         x0 = np.float32((1.0 - float(off)) / float(inv))
         cand = (x0 + np.arange(-300, 300, dtype=np.float32) * np.spacing(x0)).astype(np.float32)
         two_roundings = np.floor(cand * inv + off)
-        fused = np.floor((cand.astype(np.float64) * np.float64(inv) + float(off)).astype(np.float32))
+        fused = np.floor(
+            (cand.astype(np.float64) * np.float64(inv) + float(off)).astype(np.float32)
+        )
         sel = cand[(two_roundings != fused) & (np.abs(cand) < amax)]
         if sel.size:
             g = (rng.uniform(-1, 1, 16) * amax).astype(np.float32)
-            g[0], g[1:1 + min(sel.size, 4)] = amax, sel[:4]
+            g[0], g[1 : 1 + min(sel.size, 4)] = amax, sel[:4]
             return g
     raise AssertionError("no FMA-trap value found")
 
 
 def turbo_group(rng, bits, pattern):
     L, off = ((1 << bits) - 1) / 2, 1 << (bits - 1)
-    if pattern == 0:        # values exactly on code boundaries: d32 = 2^k, x * id + off = integer m
+    if pattern == 0:  # values exactly on code boundaries: d32 = 2^k, x * id + off = integer m
         k = rng.choice([-4, 0, 3])
-        m = rng.integers(1, 1 << bits, 16).astype(np.float64)   # |m - off| <= off - 1 < L
-        g = (m - off)
-        g[0] = L                                              # amax = L * 2^k -> d32 = 2^k exactly
-        g[1] = np.nextafter(np.float32(1.0), np.float32(0))   # x*id + off rounds up to off + 1
+        m = rng.integers(1, 1 << bits, 16).astype(np.float64)  # |m - off| <= off - 1 < L
+        g = m - off
+        g[0] = L  # amax = L * 2^k -> d32 = 2^k exactly
+        g[1] = np.nextafter(np.float32(1.0), np.float32(0))  # x*id + off rounds up to off + 1
         g[2] = -np.nextafter(np.float32(L), np.float32(0))
-        return (g * 2.0 ** k).astype(np.float32)
+        return (g * 2.0**k).astype(np.float32)
     if pattern == 1:
         return np.zeros(16, np.float32)
     if pattern == 2:
@@ -115,8 +131,12 @@ def turbo_group(rng, bits, pattern):
 
 def turbo_input(rng, rows, n, bits):
     g = n // 16
-    return np.stack([np.concatenate([turbo_group(rng, bits, (r + j) % 5) for j in range(g)])
-                     for r in range(rows)])
+    return np.stack(
+        [
+            np.concatenate([turbo_group(rng, bits, (r + j) % 5) for j in range(g)])
+            for r in range(rows)
+        ]
+    )
 
 
 def unaligned(cp, x, fill=0):
@@ -133,7 +153,7 @@ def unaligned(cp, x, fill=0):
 @pytest.mark.parametrize("rows", [1, 3, 37])
 def test_q8_quantize_bit_exact(cp, rng, rows, n):
     x = q8_input(rng, rows, n)
-    q_out = cp.full(x.shape, -128, cp.int8)                  # -128 is never a Q8_0 code
+    q_out = cp.full(x.shape, -128, cp.int8)  # -128 is never a Q8_0 code
     d_out = cp.full((rows, n // 32), np.nan, cp.float16)
     q, d = gpu_kv.q8_quantize(cp.asarray(x), q_out=q_out, d_out=d_out)
     assert q is q_out and d is d_out
@@ -152,7 +172,7 @@ def test_q8_quantize_bit_exact(cp, rng, rows, n):
 def test_q8_leading_axes_unaligned_and_dequantize(cp, rng):
     x = q8_input(rng, 6, 64).reshape(2, 3, 64)
     gq, gd = golden.q8_quantize(x)
-    q, d = gpu_kv.q8_quantize(unaligned(cp, x))              # scalar loads and stores
+    q, d = gpu_kv.q8_quantize(unaligned(cp, x))  # scalar loads and stores
     assert_bits_equal(cp.asnumpy(q), gq)
     assert_bits_equal(cp.asnumpy(d), gd)
     q2, _ = gpu_kv.q8_quantize(cp.asarray(x), q_out=unaligned(cp, np.zeros(x.shape, np.int8)))
@@ -160,14 +180,14 @@ def test_q8_leading_axes_unaligned_and_dequantize(cp, rng):
     out = cp.full(x.shape, np.nan, cp.float32)
     y = gpu_kv.q8_dequantize(cp.asarray(gq), cp.asarray(gd), out=out)
     assert y is out
-    assert_bits_equal(cp.asnumpy(y), golden.q8_dequantize(gq, gd))    # exact in float32
+    assert_bits_equal(cp.asnumpy(y), golden.q8_dequantize(gq, gd))  # exact in float32
     y2 = gpu_kv.q8_dequantize(unaligned(cp, gq), cp.asarray(gd))
     assert_bits_equal(cp.asnumpy(y2), golden.q8_dequantize(gq, gd))
 
 
 # ---- turbo ----------------------------------------------------------------------------------
 @gpu
-@pytest.mark.parametrize("bits", [8, 4, 3, 2, 5, 1])        # 5: codes straddle the 64-bit words
+@pytest.mark.parametrize("bits", [8, 4, 3, 2, 5, 1])  # 5: codes straddle the 64-bit words
 @pytest.mark.parametrize("rows,n", [(1, 16), (3, 128), (37, 256), (5, 80)])
 def test_turbo_quantize_bit_exact(cp, rng, bits, rows, n):
     x = turbo_input(rng, rows, n, bits)
@@ -205,30 +225,42 @@ def test_turbo_inputs_are_meaningful(rng, bits):
 def test_turbo_unaligned_and_leading_axes(cp, rng):
     x = turbo_input(rng, 6, 48, 3).reshape(3, 2, 48)
     gc, gd = golden.turbo_quantize(x, 3)
-    c, d = gpu_kv.turbo_quantize(unaligned(cp, x), 3,
-                                 codes_out=unaligned(cp, np.zeros(gc.shape, np.uint8)))
-    assert_bits_equal(cp.asnumpy(c), gc)                      # byte-wise stores
+    c, d = gpu_kv.turbo_quantize(
+        unaligned(cp, x), 3, codes_out=unaligned(cp, np.zeros(gc.shape, np.uint8))
+    )
+    assert_bits_equal(cp.asnumpy(c), gc)  # byte-wise stores
     assert_bits_equal(cp.asnumpy(d), gd)
-    y = gpu_kv.turbo_dequantize(unaligned(cp, gc), cp.asarray(gd), 3,
-                                out=unaligned(cp, np.zeros(x.shape, np.float32)))
+    y = gpu_kv.turbo_dequantize(
+        unaligned(cp, gc), cp.asarray(gd), 3, out=unaligned(cp, np.zeros(x.shape, np.float32))
+    )
     assert_bits_equal(cp.asnumpy(y), golden.turbo_dequantize(gc, gd, 3))
 
 
 # ---- bf16 -----------------------------------------------------------------------------------
 @gpu
 def test_bf16_bits_bit_exact(cp, rng):
-    u = rng.integers(0, 2 ** 32, 8192, dtype=np.uint64).astype(np.uint32)
-    special = np.array([0x3F808000, 0x3F818000,             # exact ties: to even (down / up)
-                        0x3F808001, 0x3F817FFF,             # just past / just below a tie
-                        0x7F7F7FFF, 0xFF7F7FFF,             # the largest that stay finite
-                        0x00000000, 0x80000000,
-                        0x00008000, 0x00018000, 0x00000001],   # subnormals
-                       np.uint32)
+    u = rng.integers(0, 2**32, 8192, dtype=np.uint64).astype(np.uint32)
+    special = np.array(
+        [
+            0x3F808000,
+            0x3F818000,  # exact ties: to even (down / up)
+            0x3F808001,
+            0x3F817FFF,  # just past / just below a tie
+            0x7F7F7FFF,
+            0xFF7F7FFF,  # the largest that stay finite
+            0x00000000,
+            0x80000000,
+            0x00008000,
+            0x00018000,
+            0x00000001,
+        ],  # subnormals
+        np.uint32,
+    )
     # golden refuses non-finite values and values that round to inf (docs/bad-input.md); the
     # kernel does not check values: those are compared bit-level in the next test
     r = u.view(np.float32)
-    r = r[np.isfinite(r) & (np.abs(r) < np.float32(3.3961776e38))][:4096 - special.size]
-    x = np.concatenate([special.view(np.float32), r]).reshape(4, -1)   # 4096 values
+    r = r[np.isfinite(r) & (np.abs(r) < np.float32(3.3961776e38))][: 4096 - special.size]
+    x = np.concatenate([special.view(np.float32), r]).reshape(4, -1)  # 4096 values
     out = cp.full(x.shape, 0x1234, cp.uint16)
     b = gpu_kv.bf16_bits(cp.asarray(x), out=out)
     assert b is out
@@ -243,8 +275,19 @@ def test_bf16_bits_of_non_finite_values(cp):
     """Outside golden's domain the kernel still rounds by IEEE rules: infinities and values
     past the largest bf16 become infinities; a NaN keeps its sign and becomes the quiet 0x7fc0
     (kvcache.cu's bf16_rne)."""
-    x = np.array([0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000,
-                  0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFA12345], np.uint32).view(np.float32)
+    x = np.array(
+        [
+            0x7F7FFFFF,
+            0xFF7FFFFF,
+            0x7F800000,
+            0xFF800000,
+            0x7FC00000,
+            0xFFC00000,
+            0x7F800001,
+            0xFFA12345,
+        ],
+        np.uint32,
+    ).view(np.float32)
     b = cp.asnumpy(gpu_kv.bf16_bits(cp.asarray(x)))
     assert [int(v) for v in b[:4]] == [0x7F80, 0xFF80, 0x7F80, 0xFF80]
     assert [int(v) for v in b[4:]] == [0x7FC0, 0xFFC0, 0x7FC0, 0xFFC0]
@@ -252,11 +295,13 @@ def test_bf16_bits_of_non_finite_values(cp):
 
 # ---- KVCache --------------------------------------------------------------------------------
 def make_cfg(hd, nkv=2, indexer=True):
-    cfg = qwenref.AttnConfig.tiny().replace(head_dim=hd, num_key_value_heads=nkv,
-                                            num_attention_heads=2 * nkv)
+    cfg = qwenref.AttnConfig.tiny().replace(
+        head_dim=hd, num_key_value_heads=nkv, num_attention_heads=2 * nkv
+    )
     if not indexer:
-        cfg = cfg.replace(indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0,
-                          indexer_budget=0)
+        cfg = cfg.replace(
+            indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0, indexer_budget=0
+        )
     return cfg
 
 
@@ -277,7 +322,7 @@ def make_kv(rng, nb, nkv, hd, bits_hint=4):
 
 def expected_side(side, x):
     """What a side stores for x [nb, nkv, hd]: golden encoding, turbo on the float32 rotation."""
-    xh = np.ascontiguousarray(x.transpose(1, 0, 2))                       # [nkv, nb, hd]
+    xh = np.ascontiguousarray(x.transpose(1, 0, 2))  # [nkv, nb, hd]
     if side.startswith("turbo"):
         codes, d = golden.turbo_quantize(wht_f32(xh), turbo_bits(side))
         return {"codes": codes, "d": d}
@@ -300,11 +345,19 @@ def test_kvcache_appends_match_golden(cp, rng, kind, hd, impl):
     max_t, chunks = 16, [1, 3, 5, 2]
     cache = gpu_kv.KVCache(cfg, max_t=max_t, kind=kind)
     ref = golden.KVCache(cfg, max_t=max_t, kind=kind)
-    assert (cache.k_kind, cache.v_kind, cache.k_rotated, cache.v_rotated) == \
-        (ref.k_kind, ref.v_kind, ref.k_rotated, ref.v_rotated)
-    want = {name: {n: np.zeros(shape, dt)
-                   for n, (shape, dt) in side_arrays(side, cfg.nkv, max_t, hd).items()}
-            for name, side in (("k", ref.k_kind), ("v", ref.v_kind))}
+    assert (cache.k_kind, cache.v_kind, cache.k_rotated, cache.v_rotated) == (
+        ref.k_kind,
+        ref.v_kind,
+        ref.k_rotated,
+        ref.v_rotated,
+    )
+    want = {
+        name: {
+            n: np.zeros(shape, dt)
+            for n, (shape, dt) in side_arrays(side, cfg.nkv, max_t, hd).items()
+        }
+        for name, side in (("k", ref.k_kind), ("v", ref.v_kind))
+    }
     idx, ks, vs = [], [], []
     t0 = 0
     for nb in chunks:
@@ -314,7 +367,7 @@ def test_kvcache_appends_match_golden(cp, rng, kind, hd, impl):
         ref.append(k, v, index_k=ik)
         for name, side, x in (("k", ref.k_kind, k), ("v", ref.v_kind, v)):
             for arr, val in expected_side(side, x).items():
-                want[name][arr][:, t0:t0 + nb] = val
+                want[name][arr][:, t0 : t0 + nb] = val
         idx.append(ik)
         ks.append(k)
         vs.append(v)
@@ -326,8 +379,10 @@ def test_kvcache_appends_match_golden(cp, rng, kind, hd, impl):
         for arr in store:
             assert_bits_equal(cp.asnumpy(store[arr]), want[name][arr], f"{kind} {name} {arr}")
     # non-rotated sides equal the real golden cache bit for bit
-    for side, store, gstore in ((ref.k_kind, cache.k_store, ref.k_store),
-                                (ref.v_kind, cache.v_store, ref.v_store)):
+    for side, store, gstore in (
+        (ref.k_kind, cache.k_store, ref.k_store),
+        (ref.v_kind, cache.v_store, ref.v_store),
+    ):
         if not side.startswith("turbo"):
             for arr in store:
                 assert_bits_equal(cp.asnumpy(store[arr]), gstore[arr])
@@ -338,18 +393,22 @@ def test_kvcache_appends_match_golden(cp, rng, kind, hd, impl):
     # |x|_1 / sqrt(hd) + 2 ulps). Groups that are pure rounding noise of a larger row (a zero
     # group after the rotation) need that second term.
     for side, got, gref, store, gstore, xs in (
-            (ref.k_kind, cache.keys(), ref.keys(), cache.k_store, ref.k_store, ks),
-            (ref.v_kind, cache.values(), ref.values(), cache.v_store, ref.v_store, vs)):
+        (ref.k_kind, cache.keys(), ref.keys(), cache.k_store, ref.k_store, ks),
+        (ref.v_kind, cache.values(), ref.values(), cache.v_store, ref.v_store, vs),
+    ):
         got = cp.asnumpy(got)
         if side.startswith("turbo"):
             L = ((1 << side_bits(side)) - 1) / 2
-            dmax = np.maximum(cp.asnumpy(store["d"][:, :t0]).astype(np.float64),
-                              gstore["d"][:, :t0].astype(np.float64))
-            ulp16 = np.maximum(dmax * 2.0 ** -10, 2.0 ** -24)
-            xh = np.concatenate(xs).transpose(1, 0, 2)                     # [nkv, t0, hd]
+            dmax = np.maximum(
+                cp.asnumpy(store["d"][:, :t0]).astype(np.float64),
+                gstore["d"][:, :t0].astype(np.float64),
+            )
+            ulp16 = np.maximum(dmax * 2.0**-10, 2.0**-24)
+            xh = np.concatenate(xs).transpose(1, 0, 2)  # [nkv, t0, hd]
             l1 = np.abs(xh.astype(np.float64)).sum(-1, keepdims=True)
-            rot_err = (1.01 * np.log2(hd) * 2.0 ** -24 * l1 / np.sqrt(hd)
-                       + 2 * EPS32 * np.abs(golden.wht(xh)))
+            rot_err = 1.01 * np.log2(hd) * 2.0**-24 * l1 / np.sqrt(hd) + 2 * EPS32 * np.abs(
+                golden.wht(xh)
+            )
             tol = np.repeat(1.01 * (dmax + L * ulp16), 16, axis=-1) + rot_err
             assert np.all(np.abs(got - gref) <= tol)
         else:
@@ -370,8 +429,13 @@ def test_kvcache_appends_match_golden(cp, rng, kind, hd, impl):
     assert cache.nbytes_per_token() == ref.nbytes_per_token()
 
 
-POISON = {np.dtype(np.float32): np.nan, np.dtype(np.float16): np.nan,
-          np.dtype(np.uint16): 0xFFFF, np.dtype(np.int8): -128, np.dtype(np.uint8): 0xAB}
+POISON = {
+    np.dtype(np.float32): np.nan,
+    np.dtype(np.float16): np.nan,
+    np.dtype(np.uint16): 0xFFFF,
+    np.dtype(np.int8): -128,
+    np.dtype(np.uint8): 0xAB,
+}
 
 
 def poison_stores(cp, cache):
@@ -379,19 +443,24 @@ def poison_stores(cp, cache):
     for store in (cache.k_store, cache.v_store):
         for a in store.values():
             a.fill(POISON[a.dtype])
-    return {(s, n): cp.asnumpy(a) for s, st in (("k", cache.k_store), ("v", cache.v_store))
-            for n, a in st.items()}
+    return {
+        (s, n): cp.asnumpy(a)
+        for s, st in (("k", cache.k_store), ("v", cache.v_store))
+        for n, a in st.items()
+    }
 
 
 def assert_only_rows_written(cp, cache, before, t0, k, v):
     """Rows t0 .. t0+nb-1 of every stored array hold exactly the expected encoding of k / v,
     every other row still what `before` holds."""
     nb = k.shape[0]
-    for s, side, store, x in (("k", cache.k_kind, cache.k_store, k),
-                              ("v", cache.v_kind, cache.v_store, v)):
+    for s, side, store, x in (
+        ("k", cache.k_kind, cache.k_store, k),
+        ("v", cache.v_kind, cache.v_store, v),
+    ):
         for arr, val in expected_side(side, x).items():
             want = before[(s, arr)].copy()
-            want[:, t0:t0 + nb] = val
+            want[:, t0 : t0 + nb] = val
             assert_bits_equal(cp.asnumpy(store[arr]), want, f"{cache.kind} {s} {arr}")
 
 
@@ -427,8 +496,9 @@ def make_q8_kv(rng, nb, nkv, hd):
 
 
 @gpu
-@pytest.mark.parametrize("hd, nb, offset, max_grid", [(256, 1500, 0, 3), (96, 777, 0, None),
-                                                       (256, 300, 1, 5)])
+@pytest.mark.parametrize(
+    "hd, nb, offset, max_grid", [(256, 1500, 0, 3), (96, 777, 0, None), (256, 300, 1, 5)]
+)
 @pytest.mark.parametrize("impl", IMPLS)
 def test_kvcache_q8_append_steps(cp, rng, monkeypatch, hd, nb, offset, max_grid, impl):
     """The q8 append (kv_append_q8, q8_append_v0) where the grid is capped so every warp takes
@@ -451,19 +521,27 @@ def test_kvcache_q8_append_steps(cp, rng, monkeypatch, hd, nb, offset, max_grid,
         g = flat[offset:].reshape(x.shape)
         g[...] = cp.asarray(x)
         return g
+
     cache.append(on_gpu(k), on_gpu(v), impl=impl)
     for name, store, x in (("k", cache.k_store, k), ("v", cache.v_store, v)):
         for arr, val in expected_side("q8", x).items():
             got = cp.asnumpy(store[arr])
-            assert_bits_equal(got[:, t0:t0 + nb], val, f"{name} {arr}")
-            rest = np.concatenate([got[:, :t0], got[:, t0 + nb:]], axis=1)
+            assert_bits_equal(got[:, t0 : t0 + nb], val, f"{name} {arr}")
+            rest = np.concatenate([got[:, :t0], got[:, t0 + nb :]], axis=1)
             assert (rest == -128).all() if arr == "q" else np.isnan(rest).all(), f"{name} {arr}"
 
 
 @gpu
-@pytest.mark.parametrize("kind, hd, nb, offset, max_grid", [
-    ("turbo4", 256, 1001, 0, 2), ("turbo3", 128, 333, 1, 3), ("turbo8", 64, 77, 0, None),
-    ("turbo2", 256, 5, 1, None), ("bf16k-turbo3v", 128, 129, 1, 2)])
+@pytest.mark.parametrize(
+    "kind, hd, nb, offset, max_grid",
+    [
+        ("turbo4", 256, 1001, 0, 2),
+        ("turbo3", 128, 333, 1, 3),
+        ("turbo8", 64, 77, 0, None),
+        ("turbo2", 256, 5, 1, None),
+        ("bf16k-turbo3v", 128, 129, 1, 2),
+    ],
+)
 @pytest.mark.parametrize("impl", IMPLS)
 def test_kvcache_turbo_append_steps(cp, rng, monkeypatch, kind, hd, nb, offset, max_grid, impl):
     """The turbo append where the grid is capped so every thread (v0) or warp (v1) takes many
@@ -499,7 +577,7 @@ def test_kvcache_v0_head_dim_cap(cp, rng, kind):
         with pytest.raises(ValueError, match=r"^impl\b"):
             cache.append(cp.asarray(k), cp.asarray(v), impl="v0")
         assert len(cache) == 0
-        for (s, name), a in before.items():                                 # all still poison
+        for (s, name), a in before.items():  # all still poison
             assert_bits_equal(cp.asnumpy((cache.k_store if s == "k" else cache.v_store)[name]), a)
         cache.append(cp.asarray(k), cp.asarray(v), impl="v1")
     else:
@@ -529,18 +607,22 @@ def test_kvcache_bad_appends(cp, rng, impl):
     with pytest.raises(TypeError, match=r"^v\b"):
         cache.append(k, k.astype(cp.float16), ik, impl=impl)
     with pytest.raises(ValueError, match=r"^index_k\b"):
-        cache.append(k, k, impl=impl)                            # the config has an indexer
+        cache.append(k, k, impl=impl)  # the config has an indexer
     with pytest.raises(ValueError, match=r"^index_k\b"):
         cache.append(k, k, cp.zeros((3, ihd), cp.float32), impl=impl)
     with pytest.raises(ValueError, match=r"^index_k\b"):
         gpu_kv.KVCache(make_cfg(64, indexer=False), max_t=8).append(k, k, ik, impl=impl)
-    assert len(cache) == 0                                   # nothing was stored
+    assert len(cache) == 0  # nothing was stored
     cache.append(k, k, ik, impl=impl)
-    cache.append(cp.zeros((6, nkv, hd), cp.float32), cp.zeros((6, nkv, hd), cp.float32),
-                 cp.zeros((6, ihd), cp.float32), impl=impl)
+    cache.append(
+        cp.zeros((6, nkv, hd), cp.float32),
+        cp.zeros((6, nkv, hd), cp.float32),
+        cp.zeros((6, ihd), cp.float32),
+        impl=impl,
+    )
     assert len(cache) == 8
     with pytest.raises(ValueError, match="max_t"):
-        cache.append(k[:1], k[:1], ik[:1], impl=impl)            # past max_t
+        cache.append(k[:1], k[:1], ik[:1], impl=impl)  # past max_t
     assert len(cache) == 8
     with pytest.raises(ValueError, match=r"^t_len\b"):
         cache.keys(9)
@@ -555,8 +637,10 @@ def test_append_rungs_and_kernel_names():
     assert rk("q8_append", "v0", nb=1, nkv=4, head_dim=256) == "q8_append_v0"
     assert rk("turbo_append", "v0", head_dim=256, bits=4) == "turbo_append_v0"
     assert rk("turbo_append", head_dim=256) == "kv_append_turbo_n256"
-    assert rk("turbo_append", "v1", nb=4096, nkv=4, head_dim=128, kind="turbo4") == \
-        "kv_append_turbo_n128"
+    assert (
+        rk("turbo_append", "v1", nb=4096, nkv=4, head_dim=128, kind="turbo4")
+        == "kv_append_turbo_n128"
+    )
     v0_src, v1_src = kernel_source("kvcache_v0"), kernel_source("kvcache")
     for name in ("q8_append_v0", "turbo_append_v0"):
         assert f"void {name}(" in v0_src, name
@@ -589,9 +673,9 @@ def test_kvcache_construction_errors_and_helpers(cp, rng):
     with pytest.raises(TypeError, match=r"^cfg\b"):
         gpu_kv.KVCache({"head_dim": 64})
     with pytest.raises(ValueError, match=r"^head_dim\b"):
-        gpu_kv.KVCache(make_cfg(48), kind="q8")              # 48 % 32 != 0
+        gpu_kv.KVCache(make_cfg(48), kind="q8")  # 48 % 32 != 0
     with pytest.raises(ValueError, match=r"^head_dim\b"):
-        gpu_kv.KVCache(make_cfg(96), kind="turbo4")          # not a power of two
+        gpu_kv.KVCache(make_cfg(96), kind="turbo4")  # not a power of two
     # from_golden / copy round trip
     cfg = make_cfg(128)
     g = golden.KVCache(cfg, max_t=8, kind="bf16k-turbo3v")
@@ -600,8 +684,7 @@ def test_kvcache_construction_errors_and_helpers(cp, rng):
     c = gpu_kv.KVCache.from_golden(g)
     assert len(c) == 3 and c.kind == g.kind
     c2 = c.copy()
-    c2.append(cp.asarray(k[:1]), cp.asarray(v[:1]),
-              cp.zeros((1, cfg.indexer_head_dim), cp.float32))
+    c2.append(cp.asarray(k[:1]), cp.asarray(v[:1]), cp.zeros((1, cfg.indexer_head_dim), cp.float32))
     assert len(c) == 3 and len(c2) == 4
     back = c.to_golden()
     for store, gstore in ((back.k_store, g.k_store), (back.v_store, g.v_store)):

@@ -3,6 +3,7 @@ every cache kind, dense and selective (the indexer turns selective at t + 1 = (k
 batches whose rows cross the first selective row and a block boundary, f32 and q8 weights; plus
 CUDA-graph capture/replay, the per-stage timing through forward's on_stage hook and the
 argument checks."""
+
 import warnings
 
 import numpy as np
@@ -22,31 +23,34 @@ MAX_T = 64
 
 # Tolerances (norm-wise on the layer output, per step):
 TOL_EXACT_CACHE = 2e-5  # f32 cache: both sides compute the same float32 math in another order
-                        # (GEMV/attention summation, float32 vs float64 RoPE angles at t < 64:
-                        # < 1e-5 rad), ~1e-6 observed scale
+# (GEMV/attention summation, float32 vs float64 RoPE angles at t < 64:
+# < 1e-5 rad), ~1e-6 observed scale
 TOL_QUANT_CACHE = 1e-3  # quantized caches store the same codes except where a value lands
-                        # within float noise of a rounding boundary: such a value codes one step
-                        # apart and moves that token's K or V by one step. The code-agreement
-                        # check (>= 99.9%) below keeps this slack from hiding a systematic bug.
-CODE_AGREE = 0.999      # stored entries (codes, scales, bf16 bits) that must agree; an entry
-MAX_DIFF = 3            # differs only where its value lands within float noise (~1e-6 relative)
-                        # of a rounding boundary, so a few per small array (408 turbo scales
-                        # here) are allowed whatever the fraction
+# within float noise of a rounding boundary: such a value codes one step
+# apart and moves that token's K or V by one step. The code-agreement
+# check (>= 99.9%) below keeps this slack from hiding a systematic bug.
+CODE_AGREE = 0.999  # stored entries (codes, scales, bf16 bits) that must agree; an entry
+MAX_DIFF = 3  # differs only where its value lands within float noise (~1e-6 relative)
+# of a rounding boundary, so a few per small array (408 turbo scales
+# here) are allowed whatever the fraction
 
 
 def _cp():
     import cupy
+
     return cupy
 
 
 def _gpu():
     from qwenref import gpu
+
     return gpu
 
 
 def _dense(cfg):
-    return cfg.replace(indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0,
-                       indexer_budget=0)
+    return cfg.replace(
+        indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0, indexer_budget=0
+    )
 
 
 def _weights(cfg, rng, mlp=True):
@@ -61,18 +65,33 @@ def _weights(cfg, rng, mlp=True):
     def vec(n):
         return (rng.standard_normal(n) * 0.1).astype(np.float32)
 
-    w = {"input_layernorm.weight": vec(H), "post_attention_layernorm.weight": vec(H),
-         "self_attn.q_proj.weight": lin(2 * c.nh * hd, H), "self_attn.k_proj.weight": lin(c.nkv * hd, H),
-         "self_attn.v_proj.weight": lin(c.nkv * hd, H), "self_attn.o_proj.weight": lin(H, c.nh * hd),
-         "self_attn.q_norm.weight": vec(hd), "self_attn.k_norm.weight": vec(hd)}
+    w = {
+        "input_layernorm.weight": vec(H),
+        "post_attention_layernorm.weight": vec(H),
+        "self_attn.q_proj.weight": lin(2 * c.nh * hd, H),
+        "self_attn.k_proj.weight": lin(c.nkv * hd, H),
+        "self_attn.v_proj.weight": lin(c.nkv * hd, H),
+        "self_attn.o_proj.weight": lin(H, c.nh * hd),
+        "self_attn.q_norm.weight": vec(hd),
+        "self_attn.k_norm.weight": vec(hd),
+    }
     if mlp:
-        w.update({"mlp.gate_proj.weight": lin(I, H), "mlp.up_proj.weight": lin(I, H),
-                  "mlp.down_proj.weight": lin(H, I)})
+        w.update(
+            {
+                "mlp.gate_proj.weight": lin(I, H),
+                "mlp.up_proj.weight": lin(I, H),
+                "mlp.down_proj.weight": lin(H, I),
+            }
+        )
     if c.has_indexer:
         ihd = c.indexer_head_dim
-        w.update({"self_attn.indexer.qk_proj.weight": lin((c.indexer_n_heads + 1) * ihd, H),
-                  "self_attn.indexer.q_norm.weight": vec(ihd),
-                  "self_attn.indexer.k_norm.weight": vec(ihd)})
+        w.update(
+            {
+                "self_attn.indexer.qk_proj.weight": lin((c.indexer_n_heads + 1) * ihd, H),
+                "self_attn.indexer.q_norm.weight": vec(ihd),
+                "self_attn.indexer.k_norm.weight": vec(ihd),
+            }
+        )
     return qwenref.LayerWeights(w)
 
 
@@ -94,9 +113,10 @@ def _check_caches(ucache, gcache):
                 assert _rel(a, b) < TOL_EXACT_CACHE, (side, name)
             else:
                 n_diff = int((a != b).sum())
-                assert n_diff <= max(MAX_DIFF, (1 - CODE_AGREE) * a.size), \
+                assert n_diff <= max(MAX_DIFF, (1 - CODE_AGREE) * a.size), (
                     f"{side} {name}: {n_diff} of {a.size} stored entries differ"
-                if a.dtype == np.float16:                     # a scale flips by one f16 ulp
+                )
+                if a.dtype == np.float16:  # a scale flips by one f16 ulp
                     step = np.abs(a.view(np.int16).astype(int) - b.view(np.int16).astype(int))
                     assert step.max() <= 1, f"{side} {name}: a scale differs by {step.max()} ulp"
     if gcache.idx_keys is not None:
@@ -110,7 +130,7 @@ def _check_selection(utrace, trace, base):
     (score gaps of random inputs are far above the float noise between the two)."""
     gold = trace.get("selections") or []
     sel = utrace["selection"]
-    if sel is None:                                   # the GPU took the all-dense path
+    if sel is None:  # the GPU took the all-dense path
         for b, (idx, _) in enumerate(gold):
             assert np.array_equal(idx, np.arange(base + b + 1)), f"row {base + b} is selective"
         return 0
@@ -118,7 +138,7 @@ def _check_selection(utrace, trace, base):
     n_sel = 0
     for b, (idx, _) in enumerate(gold):
         t = base + b
-        mine = si[b, :sn[b]] if sn[b] > 0 else np.arange(t + 1)
+        mine = si[b, : sn[b]] if sn[b] > 0 else np.arange(t + 1)
         assert np.array_equal(mine, idx), f"row t={t}: selections differ"
         n_sel += int(sn[b] > 0)
     return n_sel
@@ -128,10 +148,17 @@ def _check_plan(utrace, ucache, nb, base):
     """The step's attention plan is the one its rows call for (the rung rule, the layer's own
     n_splits or the kernel's count); returns its rung."""
     from qwenref.gpu import attention as A
+
     p, sel = utrace["attention_plan"], utrace["selection"]
     assert isinstance(p, A.AttentionPlan) and p.n_splits >= 1
-    assert p == A.plan(ucache, nb, base_pos=base, selective=sel is not None,
-                       width=0 if sel is None else sel[0].shape[1], n_splits=p.n_splits)
+    assert p == A.plan(
+        ucache,
+        nb,
+        base_pos=base,
+        selective=sel is not None,
+        width=0 if sel is None else sel[0].shape[1],
+        n_splits=p.n_splits,
+    )
     return p.rung
 
 
@@ -160,7 +187,7 @@ def _drive(cfg, w, kind, weight_format, rng, steps=STEPS, tol=None, rungs=None):
             rungs.append(rung)
         got = y.get()
         assert np.isfinite(got).all(), f"step at {base}: unwritten or non-finite output"
-        np.testing.assert_array_equal(xd.get(), x)                    # input left alone
+        np.testing.assert_array_equal(xd.get(), x)  # input left alone
         err = _rel(got, ref)
         assert err < tol, f"step at base {base} (nb {nb}): rel_err {err:.2e} >= {tol:.0e}"
         if cfg.has_indexer:
@@ -189,7 +216,7 @@ def test_layer_dense_matches_golden(tiny_cfg, rng, kind, weight_format):
 
 @pytest.mark.parametrize("kind", ["f32", "q8", "turbo3", "bf16k-turbo4v"])
 def test_layer_head_dim_128(tiny_cfg, rng, kind):
-    cfg = tiny_cfg.replace(head_dim=128)                      # rotary_dim 32, WHT over 128
+    cfg = tiny_cfg.replace(head_dim=128)  # rotary_dim 32, WHT over 128
     rungs = []
     _drive(cfg, _weights(cfg, rng), kind, "q8", rng, rungs=rungs)
     # q8 at hd 128 takes the tensor-core rung where it applies: the one-row selective steps
@@ -218,9 +245,15 @@ def _twin_caches(cfg, layer, kind, rng, steps):
     return caches
 
 
-@pytest.mark.parametrize("selective,weight_format,kind,nb", [
-    (True, "q8", "q8", 3), (True, "f32", "turbo4", 3), (False, "f32", "f32", 3),
-    (True, "f32", "f32", 10)])
+@pytest.mark.parametrize(
+    "selective,weight_format,kind,nb",
+    [
+        (True, "q8", "q8", 3),
+        (True, "f32", "turbo4", 3),
+        (False, "f32", "f32", 3),
+        (True, "f32", "f32", 10),
+    ],
+)
 def test_graph_capture_replays_the_eager_step(tiny_cfg, rng, selective, weight_format, kind, nb):
     # f32 weights: captured steps run gemv.cu's f32 GEMV whatever nb is (CuPy refuses cuBLAS
     # during capture); an eager step of nb = 10 > 8 rows uses cuBLAS: the two paths agree to
@@ -228,7 +261,7 @@ def test_graph_capture_replays_the_eager_step(tiny_cfg, rng, selective, weight_f
     cp, gpu = _cp(), _gpu()
     cfg = tiny_cfg if selective else _dense(tiny_cfg)
     layer = gpu.FullAttentionLayer(cfg, _weights(cfg, rng), weight_format=weight_format)
-    a, b = _twin_caches(cfg, layer, kind, rng, (41,))         # next rows 41..: selective
+    a, b = _twin_caches(cfg, layer, kind, rng, (41,))  # next rows 41..: selective
     base = 41
     x = cp.asarray(rng.standard_normal((nb, cfg.hidden_size)).astype(np.float32))
     g = layer.capture(x, base, a)
@@ -240,17 +273,24 @@ def test_graph_capture_replays_the_eager_step(tiny_cfg, rng, selective, weight_f
         # same kernels, same inputs: equal up to any run-to-run nondeterminism of the kernels
         np.testing.assert_allclose(y_graph, y_eager, rtol=1e-6, atol=1e-6)
         for name in gb.k_store:
-            np.testing.assert_array_equal(ga.k_store[name][:, :base + nb],
-                                          gb.k_store[name][:, :base + nb])
+            np.testing.assert_array_equal(
+                ga.k_store[name][:, : base + nb], gb.k_store[name][:, : base + nb]
+            )
         for name in gb.v_store:
-            np.testing.assert_array_equal(ga.v_store[name][:, :base + nb],
-                                          gb.v_store[name][:, :base + nb])
+            np.testing.assert_array_equal(
+                ga.v_store[name][:, : base + nb], gb.v_store[name][:, : base + nb]
+            )
     else:
         # GEMV kernel vs cuBLAS: float32 summation order only (TOL_EXACT_CACHE, see the top)
         assert _rel(y_graph, y_eager.astype(np.float64)) < TOL_EXACT_CACHE
         for name in gb.k_store:
-            assert _rel(ga.k_store[name][:, :base + nb], gb.k_store[name][:, :base + nb]
-                        .astype(np.float64)) < TOL_EXACT_CACHE
+            assert (
+                _rel(
+                    ga.k_store[name][:, : base + nb],
+                    gb.k_store[name][:, : base + nb].astype(np.float64),
+                )
+                < TOL_EXACT_CACHE
+            )
     # replays rewrite the same slots from the same inputs: idempotent
     g.out.fill(cp.nan)
     g.replay()
@@ -265,6 +305,7 @@ def test_graph_capture_replays_the_eager_step(tiny_cfg, rng, selective, weight_f
     g.stream.synchronize()
     assert not np.allclose(g.out.get(), y_graph)
     from qwenref import timing
+
     gt = timing.graph_us(g, batches=3, per_batch=2)
     assert gt.us > 0 and gt.mode == "graph"
 
@@ -273,6 +314,7 @@ def test_on_stage_names_the_stages_in_order(tiny_cfg, rng):
     """forward's hook: "start" before any launch, then each stage that runs, in STAGES order."""
     cp, gpu = _cp(), _gpu()
     from qwenref.gpu.layer import STAGES
+
     layer = gpu.FullAttentionLayer(tiny_cfg, _weights(tiny_cfg, rng), weight_format="q8")
     a, b = _twin_caches(tiny_cfg, layer, "q8", rng, (44,))
     x = cp.asarray(rng.standard_normal((2, tiny_cfg.hidden_size)).astype(np.float32))
@@ -287,13 +329,14 @@ def test_stage_us(tiny_cfg, rng):
     cp, gpu = _cp(), _gpu()
     from qwenref import timing
     from qwenref.gpu.layer import STAGES
+
     layer = gpu.FullAttentionLayer(tiny_cfg, _weights(tiny_cfg, rng), weight_format="q8")
     a, b = _twin_caches(tiny_cfg, layer, "q8", rng, (44,))
     x = cp.asarray(rng.standard_normal((2, tiny_cfg.hidden_size)).astype(np.float32))
     y, times = timing.stage_us(layer, x, 44, a, spin_us=200)
     np.testing.assert_allclose(y.get(), layer.forward(x, 44, b).get(), rtol=1e-6, atol=1e-6)
     stages = [k for k in times if k != "total"]
-    assert stages == [s for s in STAGES if s in times]        # in execution order
+    assert stages == [s for s in STAGES if s in times]  # in execution order
     assert {"input_norm", "qkv_proj", "attention", "select", "mlp_down"} <= set(stages)
     assert all(v >= 0 for v in times.values())
     assert sum(times[s] for s in stages) == pytest.approx(times["total"], rel=1e-3, abs=1e-3)
@@ -316,7 +359,7 @@ def test_argument_checks(tiny_cfg, rng):
         layer.forward(cp.ones((1, 7), cp.float32), 0, cache)
     with pytest.raises(ValueError, match="cache"):
         layer.forward(x, 0, gpu.KVCache(_dense(tiny_cfg), max_t=16, kind="q8"))
-    assert len(cache) == 0                                    # nothing appended by bad calls
+    assert len(cache) == 0  # nothing appended by bad calls
     with pytest.raises(ValueError, match="weight_format"):
         gpu.FullAttentionLayer(tiny_cfg, w, weight_format="int4")
     bad = dict(w)
@@ -328,5 +371,5 @@ def test_argument_checks(tiny_cfg, rng):
     with pytest.raises(ValueError, match="o_proj"):
         gpu.FullAttentionLayer(tiny_cfg, bad)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")                        # a full layer warns about nothing
+        warnings.simplefilter("error")  # a full layer warns about nothing
         gpu.FullAttentionLayer(tiny_cfg, w, weight_format="q8")

@@ -2,6 +2,7 @@
 golden model. The correctness tests run for every rung of RUNGS (v0: one thread per row; v1: one
 block per row), each with its own stated tolerance (rel_tol); the last tests check the rung
 plumbing on the CPU."""
+
 import numpy as np
 import pytest
 
@@ -41,9 +42,9 @@ def make_rows(rng, rows, n):
     x = rng.standard_normal((rows, n)).astype(np.float32)
     x[0] *= 1e3
     if rows > 1:
-        x[1, [0, n // 3, n - 1]] *= 200.0                   # outlier channels
+        x[1, [0, n // 3, n - 1]] *= 200.0  # outlier channels
     if rows > 2:
-        x[2] *= 1e-4                                        # mean(x^2) ~ 1e-8 << eps = 1e-6
+        x[2] *= 1e-4  # mean(x^2) ~ 1e-8 << eps = 1e-6
     if rows > 3:
         x[3] = 0.0
     return x
@@ -51,7 +52,7 @@ def make_rows(rng, rows, n):
 
 def check(y, x, w, eps, zero_centered=True, impl="v1"):
     n = x.shape[-1]
-    assert not np.isnan(y).any()                            # every poisoned element was written
+    assert not np.isnan(y).any()  # every poisoned element was written
     ref = ref64(x, w, eps, zero_centered)
     assert np.all(np.abs(y - ref) <= rel_tol(n, impl) * np.abs(ref))
     g = golden.rms_norm(x, w, eps, zero_centered)
@@ -60,17 +61,17 @@ def check(y, x, w, eps, zero_centered=True, impl="v1"):
 
 @gpu
 @pytest.mark.parametrize("impl", RUNGS["rms_norm"])
-@pytest.mark.parametrize("n", [64, 128, 256, 320, 77])      # 77: scalar path (n % 4 != 0)
-@pytest.mark.parametrize("rows", [1, 3, 37, 300])           # 300: v0's blocks of 128 rows
+@pytest.mark.parametrize("n", [64, 128, 256, 320, 77])  # 77: scalar path (n % 4 != 0)
+@pytest.mark.parametrize("rows", [1, 3, 37, 300])  # 300: v0's blocks of 128 rows
 def test_rms_norm(cp, rng, rows, n, impl):
     x = make_rows(rng, rows, n)
-    w = (0.5 * rng.standard_normal(n)).astype(np.float32)   # 1 + w well away from 1
+    w = (0.5 * rng.standard_normal(n)).astype(np.float32)  # 1 + w well away from 1
     out = cp.full(x.shape, np.nan, cp.float32)
     y = rms_norm(cp.asarray(x), cp.asarray(w), eps=1e-6, out=out, impl=impl)
     assert y is out
     check(cp.asnumpy(y), x, w, 1e-6, impl=impl)
     if rows > 3:
-        assert np.all(cp.asnumpy(y)[3] == 0)                 # zero row: zeros, no NaN
+        assert np.all(cp.asnumpy(y)[3] == 0)  # zero row: zeros, no NaN
 
 
 @gpu
@@ -78,8 +79,7 @@ def test_rms_norm(cp, rng, rows, n, impl):
 def test_rms_norm_not_zero_centered_leading_axes_and_eps(cp, rng, impl):
     x = rng.standard_normal((2, 3, 5, 96)).astype(np.float32)
     w = rng.standard_normal(96).astype(np.float32)
-    y = cp.asnumpy(rms_norm(cp.asarray(x), cp.asarray(w), eps=1e-2, zero_centered=False,
-                            impl=impl))
+    y = cp.asnumpy(rms_norm(cp.asarray(x), cp.asarray(w), eps=1e-2, zero_centered=False, impl=impl))
     assert y.shape == x.shape
     check(y.reshape(-1, 96), x.reshape(-1, 96), w, 1e-2, zero_centered=False, impl=impl)
     # and the flag matters
@@ -103,7 +103,7 @@ def test_rms_norm_unaligned_scalar_path_and_in_place(cp, rng, impl):
     # the two with the tolerance, not bits (v0 has one order: there they are equal)
     assert np.all(np.abs(y - y_aligned) <= 2 * rel_tol(128, impl) * np.abs(y_aligned))
     xd = cp.asarray(x)
-    rms_norm(xd, cp.asarray(w), out=xd, impl=impl)          # out=x: in place
+    rms_norm(xd, cp.asarray(w), out=xd, impl=impl)  # out=x: in place
     assert np.array_equal(cp.asnumpy(xd), y_aligned)
 
 
@@ -118,11 +118,12 @@ def test_add_rms_norm(cp, rng, rows, n, impl):
     w = rng.standard_normal(n).astype(np.float32)
     out = cp.full(x.shape, np.nan, cp.float32)
     sum_out = cp.full(x.shape, np.nan, cp.float32)
-    y, s = add_rms_norm(cp.asarray(x), cp.asarray(r), cp.asarray(w), eps=1e-6, out=out,
-                        sum_out=sum_out, impl=impl)
+    y, s = add_rms_norm(
+        cp.asarray(x), cp.asarray(r), cp.asarray(w), eps=1e-6, out=out, sum_out=sum_out, impl=impl
+    )
     assert y is out and s is sum_out
     s = cp.asnumpy(s)
-    assert np.array_equal(s, x + r)                         # one float32 add: bit-exact
+    assert np.array_equal(s, x + r)  # one float32 add: bit-exact
     gy, gs = golden.add_rms_norm(x, r, w, eps=1e-6)
     assert np.array_equal(s, gs)
     check(cp.asnumpy(y), s, w, 1e-6, impl=impl)
@@ -157,7 +158,7 @@ def test_norm_bad_inputs(cp):
     with pytest.raises(TypeError, match=r"^x\b"):
         rms_norm(x.astype(cp.float64), w)
     with pytest.raises(ValueError, match=r"^x\b"):
-        rms_norm(cp.zeros((64, 6), cp.float32).T, cp.zeros(64, cp.float32))   # not contiguous
+        rms_norm(cp.zeros((64, 6), cp.float32).T, cp.zeros(64, cp.float32))  # not contiguous
     with pytest.raises(ValueError, match=r"^x\b"):
         rms_norm(cp.zeros((3, 0), cp.float32), cp.zeros(0, cp.float32))
     with pytest.raises(ValueError, match=r"^weight\b"):
@@ -176,7 +177,7 @@ def test_norm_bad_inputs(cp):
         add_rms_norm(x, np.zeros((3, 64), np.float32), w)
     with pytest.raises(ValueError, match=r"^sum_out\b"):
         add_rms_norm(x, x, w, sum_out=cp.zeros((3, 32), cp.float32))
-    for impl in ("v0", None):                               # every rung checks the same way
+    for impl in ("v0", None):  # every rung checks the same way
         with pytest.raises(ValueError, match=r"^out\b"):
             rms_norm(x, w, out=cp.zeros((3, 63), cp.float32), impl=impl)
         with pytest.raises(ValueError, match=r"^residual\b"):
@@ -185,9 +186,10 @@ def test_norm_bad_inputs(cp):
 
 # ---- rung plumbing (CPU: impl is checked before anything touches CuPy) ----------------------
 
+
 @pytest.mark.parametrize("bad", ["bogus", "V0", "", 0, ("v0",)])
 def test_bad_impl_is_rejected_before_any_gpu_work(bad):
-    x = np.zeros((3, 64), np.float32)                       # host arrays: never reached
+    x = np.zeros((3, 64), np.float32)  # host arrays: never reached
     w = np.zeros(64, np.float32)
     with pytest.raises(ValueError, match=r"^impl\b"):
         rms_norm(x, w, impl=bad)

@@ -4,6 +4,7 @@ the kernel's float32 angles (which isolates the angle error from everything else
 correctness tests run for every rung of RUNGS (qk_norm_rope: v0 one thread per head, v1 one warp
 per head, v2 the pipelined kernels; head_norm_rope: v0, v1), each with its own norm tolerance
 (norm_tol); the last tests check the rung plumbing on the CPU."""
+
 import numpy as np
 import pytest
 
@@ -31,8 +32,8 @@ def norm_tol(hd, impl="v1"):
 
 def f32_angles(positions, rd, theta):
     """The kernel's angles: float32(p) * float32(golden inv_freq), one float32 product."""
-    f32 = golden.rope_inv_freq(rd, theta).astype(np.float32)                   # [half]
-    return np.asarray(positions).astype(np.float32)[:, None] * f32[None, :]     # [nb, half] f32
+    f32 = golden.rope_inv_freq(rd, theta).astype(np.float32)  # [half]
+    return np.asarray(positions).astype(np.float32)[:, None] * f32[None, :]  # [nb, half] f32
 
 
 def rotate(xn, ang, rd):
@@ -59,7 +60,7 @@ def pair_mag(xn, rd):
 
 def check_head(y, xn, positions, rd, theta, impl="v1"):
     """y: GPU [nb, heads, hd]; xn: golden-normed input [nb, heads, hd] float32."""
-    assert not np.isnan(y).any()                                              # all written
+    assert not np.isnan(y).any()  # all written
     hd, half = xn.shape[-1], rd // 2
     pm = pair_mag(xn, rd)
     tight = pm * (norm_tol(hd, impl) + 6 * EPS32)
@@ -77,7 +78,7 @@ def check_head(y, xn, positions, rd, theta, impl="v1"):
         a_half = np.asarray(positions, np.float64)[:, None] * golden.rope_inv_freq(rd, theta)
         a[:, 0, :half] = a_half
         a[:, 0, half:rd] = a_half
-    assert np.all(np.abs(y - g) <= tight + 1.01 * a * 2.0 ** -23 * pm + EPS32 * np.abs(g))
+    assert np.all(np.abs(y - g) <= tight + 1.01 * a * 2.0**-23 * pm + EPS32 * np.abs(g))
     return emul, g, tight
 
 
@@ -97,8 +98,8 @@ def assert_inv_freq_rounds_cleanly(rd, theta):
 
 def make_inputs(rng, nb, nh, nkv, hd):
     q = rng.standard_normal((nb, nh, hd)).astype(np.float32)
-    q[:, 0] *= 30.0                                          # heads at different scales
-    q[..., hd // 5] *= 20.0                                  # an outlier dim
+    q[:, 0] *= 30.0  # heads at different scales
+    q[..., hd // 5] *= 20.0  # an outlier dim
     qg = np.concatenate([q, np.full_like(q, 1e30)], axis=-1)  # gate half: poison if read
     k = rng.standard_normal((nb, nkv, hd)).astype(np.float32)
     k[:, -1] *= 1e-2
@@ -111,9 +112,9 @@ CASES = [  # nb, nh, nkv, hd, rd, theta
     (1, 4, 2, 128, 32, 1e7),
     (3, 6, 2, 256, 64, 1e7),
     (5, 3, 1, 64, 16, 1e4),
-    (2, 2, 2, 128, 128, 1e4),     # full rotary
-    (4, 2, 1, 18, 6, 1e4),        # hd % 4 != 0: scalar loads
-    (2, 3, 1, 256, 0, 1e7),       # rd = 0: plain per-head norm
+    (2, 2, 2, 128, 128, 1e4),  # full rotary
+    (4, 2, 1, 18, 6, 1e4),  # hd % 4 != 0: scalar loads
+    (2, 3, 1, 256, 0, 1e7),  # rd = 0: plain per-head norm
 ]
 
 
@@ -123,12 +124,22 @@ CASES = [  # nb, nh, nkv, hd, rd, theta
 def test_qk_norm_rope(cp, rng, nb, nh, nkv, hd, rd, theta, impl):
     assert_inv_freq_rounds_cleanly(rd, theta)
     q, qg, k, qw, kw = make_inputs(rng, nb, nh, nkv, hd)
-    pos = np.array(POSITIONS[len(POSITIONS) - nb:], np.int32)
+    pos = np.array(POSITIONS[len(POSITIONS) - nb :], np.int32)
     q_out = cp.full((nb, nh, hd), np.nan, cp.float32)
     k_out = cp.full((nb, nkv, hd), np.nan, cp.float32)
-    yq, yk = qk_norm_rope(cp.asarray(qg), cp.asarray(k), cp.asarray(qw), cp.asarray(kw),
-                          cp.asarray(pos), rd, theta, eps=1e-6, q_out=q_out, k_out=k_out,
-                          impl=impl)
+    yq, yk = qk_norm_rope(
+        cp.asarray(qg),
+        cp.asarray(k),
+        cp.asarray(qw),
+        cp.asarray(kw),
+        cp.asarray(pos),
+        rd,
+        theta,
+        eps=1e-6,
+        q_out=q_out,
+        k_out=k_out,
+        impl=impl,
+    )
     assert yq is q_out and yk is k_out
     qn = golden.rms_norm(q, qw, 1e-6)
     kn = golden.rms_norm(k, kw, 1e-6)
@@ -150,20 +161,37 @@ def test_qk_norm_rope_many_heads(cp, rng, impl):
     pos = rng.integers(0, 200000, nb).astype(np.int32)
     q_out = cp.full((nb, nh, hd), np.nan, cp.float32)
     k_out = cp.full((nb, nkv, hd), np.nan, cp.float32)
-    qk_norm_rope(cp.asarray(qg), cp.asarray(k), cp.asarray(qw), cp.asarray(kw),
-                 cp.asarray(pos), rd, theta, q_out=q_out, k_out=k_out, impl=impl)
+    qk_norm_rope(
+        cp.asarray(qg),
+        cp.asarray(k),
+        cp.asarray(qw),
+        cp.asarray(kw),
+        cp.asarray(pos),
+        rd,
+        theta,
+        q_out=q_out,
+        k_out=k_out,
+        impl=impl,
+    )
     check_head(cp.asnumpy(q_out), golden.rms_norm(q, qw, 1e-6), pos, rd, theta, impl)
     check_head(cp.asnumpy(k_out), golden.rms_norm(k, kw, 1e-6), pos, rd, theta, impl)
 
 
 @gpu
-@pytest.mark.parametrize("hd,rd", [(128, 32), (256, 64), (18, 6)])    # 18: v2 launches v1's
+@pytest.mark.parametrize("hd,rd", [(128, 32), (256, 64), (18, 6)])  # 18: v2 launches v1's
 def test_qk_norm_rope_v1_v2_same_bits(cp, rng, hd, rd):
     # the pipelined kernels do v1's float32 operations in v1's order (rope.cu)
     nb, nh, nkv = 3, 4, 2
     _, qg, k, qw, kw = make_inputs(rng, nb, nh, nkv, hd)
-    args = (cp.asarray(qg), cp.asarray(k), cp.asarray(qw), cp.asarray(kw),
-            cp.asarray(np.array([3, 4097, 199999], np.int32)), rd, 1e7)
+    args = (
+        cp.asarray(qg),
+        cp.asarray(k),
+        cp.asarray(qw),
+        cp.asarray(kw),
+        cp.asarray(np.array([3, 4097, 199999], np.int32)),
+        rd,
+        1e7,
+    )
     y1 = [cp.asnumpy(a) for a in qk_norm_rope(*args, impl="v1")]
     y2 = [cp.asnumpy(a) for a in qk_norm_rope(*args, impl="v2")]
     assert all(np.array_equal(a, b) for a, b in zip(y1, y2))
@@ -176,8 +204,9 @@ def test_float32_angle_error_is_visible_at_large_positions(cp, rng):
     nb, nh, nkv, hd, rd, theta = 1, 2, 1, 256, 64, 1e7
     q, qg, k, qw, kw = make_inputs(rng, nb, nh, nkv, hd)
     pos = np.array([199999], np.int32)
-    yq, _ = qk_norm_rope(cp.asarray(qg), cp.asarray(k), cp.asarray(qw), cp.asarray(kw),
-                         cp.asarray(pos), rd, theta)
+    yq, _ = qk_norm_rope(
+        cp.asarray(qg), cp.asarray(k), cp.asarray(qw), cp.asarray(kw), cp.asarray(pos), rd, theta
+    )
     emul, g, tight = check_head(cp.asnumpy(yq), golden.rms_norm(q, qw, 1e-6), pos, rd, theta)
     assert np.any(np.abs(emul - g) > 10 * tight)
 
@@ -189,10 +218,10 @@ def test_head_norm_rope_strided_view(cp, rng, hd, rd, impl):
     # the indexer's layout: qk_proj output [nb, (inh + 1) * ihd], queries = first inh heads
     nb, inh, theta = 3, 4, 1e7
     buf = rng.standard_normal((nb, inh + 1, hd)).astype(np.float32)
-    buf[:, inh] = 1e30                                       # the shared key: poison if read
+    buf[:, inh] = 1e30  # the shared key: poison if read
     w = (0.3 * rng.standard_normal(hd)).astype(np.float32)
     pos = np.array([7, 64, 150001], np.int32)
-    x = cp.asarray(buf)[:, :inh]                             # view, row stride (inh+1)*hd
+    x = cp.asarray(buf)[:, :inh]  # view, row stride (inh+1)*hd
     assert not x.flags.c_contiguous
     out = cp.full((nb, inh, hd), np.nan, cp.float32)
     y = head_norm_rope(x, cp.asarray(w), cp.asarray(pos), rd, theta, out=out, impl=impl)
@@ -221,10 +250,12 @@ def test_head_norm_rope_equals_qk_norm_rope_q(cp, rng, impl):
     q, qg, k, qw, kw = make_inputs(rng, nb, nh, nkv, hd)
     pos = cp.asarray(np.array([5, 999, 65536], np.int32))
     qgd = cp.asarray(qg)
-    yq, _ = qk_norm_rope(qgd, cp.asarray(k), cp.asarray(qw), cp.asarray(kw), pos, rd, 1e7,
-                         impl=impl)
-    y = head_norm_rope(qgd[:, :, :hd], cp.asarray(qw), pos, rd, 1e7,
-                       impl="v0" if impl == "v0" else "v1")
+    yq, _ = qk_norm_rope(
+        qgd, cp.asarray(k), cp.asarray(qw), cp.asarray(kw), pos, rd, 1e7, impl=impl
+    )
+    y = head_norm_rope(
+        qgd[:, :, :hd], cp.asarray(qw), pos, rd, 1e7, impl="v0" if impl == "v0" else "v1"
+    )
     assert np.array_equal(cp.asnumpy(y), cp.asnumpy(yq))
 
 
@@ -241,7 +272,7 @@ def test_rope_bad_inputs(cp):
         args.update(kw)
         return qk_norm_rope(**args)
 
-    call()                                                   # the baseline is valid
+    call()  # the baseline is valid
     with pytest.raises(ValueError, match=r"^qg\b"):
         call(qg=cp.zeros((nb, nh * 2 * hd), cp.float32))
     with pytest.raises(ValueError, match=r"^qg\b"):
@@ -251,7 +282,7 @@ def test_rope_bad_inputs(cp):
     with pytest.raises(ValueError, match=r"^k\b"):
         call(k=cp.zeros((nb + 1, nkv, hd), cp.float32))
     with pytest.raises(ValueError, match=r"^k\b"):
-        call(k=cp.zeros((nb, hd, nkv), cp.float32).transpose(0, 2, 1))   # not contiguous
+        call(k=cp.zeros((nb, hd, nkv), cp.float32).transpose(0, 2, 1))  # not contiguous
     with pytest.raises(TypeError, match=r"^k\b"):
         call(k=k.astype(cp.float16))
     with pytest.raises(ValueError, match=r"^q_weight\b"):
@@ -276,14 +307,14 @@ def test_rope_bad_inputs(cp):
         call(k_out=cp.zeros((nb, nkv + 1, hd), cp.float32))
     x = cp.zeros((nb, 3, hd), cp.float32)
     with pytest.raises(ValueError, match=r"^x\b"):
-        head_norm_rope(x[:, :, ::2], w[:hd // 2], pos, 16, 1e4)          # last axis strided
+        head_norm_rope(x[:, :, ::2], w[: hd // 2], pos, 16, 1e4)  # last axis strided
     with pytest.raises(ValueError, match=r"^x\b"):
         head_norm_rope(x.reshape(nb, 3 * hd), w, pos, 16, 1e4)
     with pytest.raises(TypeError, match=r"^x\b"):
         head_norm_rope(cp.asnumpy(x), w, pos, 16, 1e4)
     with pytest.raises(ValueError, match=r"^weight\b"):
         head_norm_rope(x, w[:-1], pos, 16, 1e4)
-    for impl in ("v0", "v1", "v2"):                         # every rung checks the same way
+    for impl in ("v0", "v1", "v2"):  # every rung checks the same way
         with pytest.raises(ValueError, match=r"^rotary_dim\b"):
             call(rotary_dim=15, impl=impl)
         with pytest.raises(ValueError, match=r"^k_out\b"):
@@ -294,9 +325,10 @@ def test_rope_bad_inputs(cp):
 
 # ---- rung plumbing (CPU: impl is checked before anything touches CuPy) ----------------------
 
+
 @pytest.mark.parametrize("bad", ["bogus", "V2", "", 2, ["v0"]])
 def test_bad_impl_is_rejected_before_any_gpu_work(bad):
-    nb, nh, nkv, hd = 2, 4, 2, 64                           # host arrays: never reached
+    nb, nh, nkv, hd = 2, 4, 2, 64  # host arrays: never reached
     qg = np.zeros((nb, nh, 2 * hd), np.float32)
     k = np.zeros((nb, nkv, hd), np.float32)
     w = np.zeros(hd, np.float32)
@@ -308,7 +340,7 @@ def test_bad_impl_is_rejected_before_any_gpu_work(bad):
     with pytest.raises(ValueError, match=r"^impl\b"):
         rung_kernel("qk_norm_rope", bad, head_dim=hd)
     with pytest.raises(ValueError, match=r"^impl\b"):
-        head_norm_rope(k, w, pos, 16, 1e4, impl="v2")       # head_norm_rope has no v2
+        head_norm_rope(k, w, pos, 16, 1e4, impl="v2")  # head_norm_rope has no v2
 
 
 def test_rungs_and_kernel_names():
@@ -317,16 +349,22 @@ def test_rungs_and_kernel_names():
     assert rung_kernel("qk_norm_rope", "v0", head_dim=256) == "qk_norm_rope_v0"
     assert rung_kernel("qk_norm_rope", "v1", head_dim=256) == "qk_norm_rope"
     # v2 (the default): the pipelined kernel for the head size, v1's kernel where it cannot run
-    for hd, name in [(64, "pipe_v1"), (128, "pipe_v1"), (256, "pipe_v2"), (384, "pipe_v4"),
-                     (512, "pipe_v4")]:
+    for hd, name in [
+        (64, "pipe_v1"),
+        (128, "pipe_v1"),
+        (256, "pipe_v2"),
+        (384, "pipe_v4"),
+        (512, "pipe_v4"),
+    ]:
         assert rung_kernel("qk_norm_rope", head_dim=hd) == f"qk_norm_rope_{name}"
         assert rung_kernel("qk_norm_rope", "v2", hd=hd) == f"qk_norm_rope_{name}"
     assert rung_kernel("qk_norm_rope", "v2", head_dim=18) == "qk_norm_rope"
     assert rung_kernel("qk_norm_rope", "v2", head_dim=640) == "qk_norm_rope"
     assert rung_kernel("qk_norm_rope", "v2", head_dim=256, aligned=False) == "qk_norm_rope"
-    assert rung_kernel("qk_norm_rope", "v2", head_dim=256, nb=2 ** 30, nh=2, nkv=1) \
-        == "qk_norm_rope"                                   # items past 32-bit indexing
+    assert (
+        rung_kernel("qk_norm_rope", "v2", head_dim=256, nb=2**30, nh=2, nkv=1) == "qk_norm_rope"
+    )  # items past 32-bit indexing
     with pytest.raises(ValueError, match=r"^head_dim\b"):
-        rung_kernel("qk_norm_rope")                         # v2's kernel depends on head_dim
+        rung_kernel("qk_norm_rope")  # v2's kernel depends on head_dim
     assert rung_kernel("head_norm_rope", "v0") == "head_norm_rope_v0"
     assert rung_kernel("head_norm_rope") == "head_norm_rope"

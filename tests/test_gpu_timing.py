@@ -1,6 +1,7 @@
 """qwenref.timing on a GPU: the spin kernel holds the GPU for the time asked, and each
 measurement returns a plausible positive time (the layer's per-stage times and a DecodeGraph's
 replays are in tests/test_gpu_layer.py)."""
+
 import pytest
 
 from qwenref import timing
@@ -10,13 +11,13 @@ pytestmark = pytest.mark.gpu
 
 def test_spin_wait_holds_the_gpu(cp):
     a, b = cp.cuda.Event(), cp.cuda.Event()
-    timing.spin_wait(1000)                                   # compile and load first
+    timing.spin_wait(1000)  # compile and load first
     cp.cuda.Device().synchronize()
     a.record()
     timing.spin_wait(2_000_000)
     b.record()
     b.synchronize()
-    assert 1.9 <= cp.cuda.get_elapsed_time(a, b) < 50       # ms
+    assert 1.9 <= cp.cuda.get_elapsed_time(a, b) < 50  # ms
 
 
 def test_queued_us_rotates_and_times(cp):
@@ -27,6 +28,7 @@ def test_queued_us_rotates_and_times(cp):
     def fn(i):
         seen.add(i)
         cp.multiply(xs[i], 2, out=ys[i])
+
     t = timing.queued_us(fn, n_rot=3, batches=5)
     assert seen == {0, 1, 2}
     assert 0 < t.us < 1e4 and t.iqr_us >= 0
@@ -46,7 +48,7 @@ def test_eager_us(cp):
 
 
 def test_copy_gbps_is_a_device_copy_rate():
-    assert 50 < timing.copy_gbps(nbytes=256 << 20, batches=5) < 20_000    # GB/s
+    assert 50 < timing.copy_gbps(nbytes=256 << 20, batches=5) < 20_000  # GB/s
 
 
 def test_floor_us_queued_and_graph():

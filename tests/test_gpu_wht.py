@@ -2,15 +2,15 @@
 emulation of each rung (v1: the butterflies, gpu_checks.wht_f32; v0: the O(n^2) sums in order,
 wht_v0_f32 below). The correctness tests run for every rung of RUNGS["wht"] with that rung's
 tolerance (golden_tol); the last tests check the rung plumbing on the CPU."""
+
 import numpy as np
 import pytest
 import scipy.linalg
+from gpu_checks import wht_f32
 
 from qwenref import golden
 from qwenref.gpu.wht import DEFAULT_RUNG, RUNGS, WHT_SIZES, rung_kernel
 from qwenref.gpu.wht import wht as gpu_wht
-
-from gpu_checks import wht_f32
 
 gpu = pytest.mark.gpu
 rungs = pytest.mark.parametrize("impl", RUNGS["wht"])
@@ -20,10 +20,10 @@ EPS32 = np.finfo(np.float32).eps  # 2**-23
 
 def make_x(rng, rows, n):
     x = rng.standard_normal((rows, n)).astype(np.float32)
-    x[:, n // 3] *= 100.0                                   # an outlier channel
+    x[:, n // 3] *= 100.0  # an outlier channel
     if rows > 2:
-        x[1] *= 1e-3                                        # a quiet row
-        x[2] = 0.0                                          # a zero row
+        x[1] *= 1e-3  # a quiet row
+        x[2] = 0.0  # a zero row
     return x
 
 
@@ -38,7 +38,7 @@ def golden_tol(x, ref, impl="v1"):
     n = x.shape[-1]
     roundings = n - 1 if impl == "v0" else np.log2(n)
     l1 = np.abs(x.astype(np.float64)).sum(axis=-1, keepdims=True)
-    return 1.01 * roundings * 2.0 ** -24 * l1 / np.sqrt(n) + 2 * EPS32 * np.abs(ref)
+    return 1.01 * roundings * 2.0**-24 * l1 / np.sqrt(n) + 2 * EPS32 * np.abs(ref)
 
 
 def wht_v0_f32(x):
@@ -48,10 +48,10 @@ def wht_v0_f32(x):
     x = np.asarray(x, np.float32)
     n = x.shape[-1]
     xr = x.reshape(-1, n)
-    h = scipy.linalg.hadamard(n).astype(np.float32)         # symmetric, Sylvester order
+    h = scipy.linalg.hadamard(n).astype(np.float32)  # symmetric, Sylvester order
     acc = np.zeros_like(xr)
     for j in range(n):
-        acc += h[j][None, :] * xr[:, j:j + 1]               # [rows, n]: term j of every output
+        acc += h[j][None, :] * xr[:, j : j + 1]  # [rows, n]: term j of every output
     scale = np.float32(1) / np.sqrt(np.float32(n))
     return (acc * scale).reshape(x.shape)
 
@@ -65,15 +65,15 @@ EMULATION = {"v0": wht_v0_f32, "v1": wht_f32}
 @pytest.mark.parametrize("rows", [1, 3, 37])
 def test_wht_matches_golden_and_float32_emulation(cp, rng, n, rows, impl):
     x = make_x(rng, rows, n)
-    out = cp.full(x.shape, np.nan, np.float32)             # poisoned: every element must be written
+    out = cp.full(x.shape, np.nan, np.float32)  # poisoned: every element must be written
     y = gpu_wht(cp.asarray(x), out=out, impl=impl)
     assert y is out
     y = cp.asnumpy(y)
-    assert np.array_equal(y, EMULATION[impl](x))            # same float32 operations, same order
+    assert np.array_equal(y, EMULATION[impl](x))  # same float32 operations, same order
     ref = golden.wht(x)
     assert np.all(np.abs(y - ref) <= golden_tol(x, ref, impl))
     if rows > 2:
-        assert np.all(y[2] == 0)                            # zero row stays exactly zero
+        assert np.all(y[2] == 0)  # zero row stays exactly zero
 
 
 @gpu
@@ -111,7 +111,7 @@ def test_wht_unaligned_scalar_path(cp, rng, n, impl):
     out = obuf[1:].reshape(x.shape)
     gpu_wht(xv, out=out, impl=impl)
     assert np.array_equal(cp.asnumpy(out), EMULATION[impl](x))
-    assert np.isnan(cp.asnumpy(obuf[0]))                    # nothing written before the view
+    assert np.isnan(cp.asnumpy(obuf[0]))  # nothing written before the view
 
 
 @gpu
@@ -128,19 +128,19 @@ def test_wht_many_rows_in_place(cp, rng, impl):
 def test_wht_bad_inputs(cp):
     x = cp.zeros((3, 128), cp.float32)
     with pytest.raises(TypeError, match=r"^x\b"):
-        gpu_wht(np.zeros((3, 128), np.float32))             # host array
+        gpu_wht(np.zeros((3, 128), np.float32))  # host array
     with pytest.raises(TypeError, match=r"^x\b"):
         gpu_wht(x.astype(cp.float64))
-    for n in (8, 96, 2048):                                 # too small, not a power of two, too big
+    for n in (8, 96, 2048):  # too small, not a power of two, too big
         with pytest.raises(ValueError, match=r"^x\b"):
             gpu_wht(cp.zeros((2, n), cp.float32))
     with pytest.raises(ValueError, match=r"^x\b"):
-        gpu_wht(cp.zeros((128, 4), cp.float32).T)           # shape (4, 128), not contiguous
+        gpu_wht(cp.zeros((128, 4), cp.float32).T)  # shape (4, 128), not contiguous
     with pytest.raises(ValueError, match=r"^out\b"):
         gpu_wht(x, out=cp.zeros((3, 64), cp.float32))
     with pytest.raises(TypeError, match=r"^out\b"):
         gpu_wht(x, out=cp.zeros((3, 128), cp.float16))
-    for impl in ("v0", None):                               # every rung checks the same way
+    for impl in ("v0", None):  # every rung checks the same way
         with pytest.raises(ValueError, match=r"^x\b"):
             gpu_wht(cp.zeros((2, 96), cp.float32), impl=impl)
         with pytest.raises(ValueError, match=r"^out\b"):
@@ -148,6 +148,7 @@ def test_wht_bad_inputs(cp):
 
 
 # ---- rung plumbing (CPU: impl is checked before anything touches CuPy) ----------------------
+
 
 @pytest.mark.parametrize("bad", ["bogus", "V1", "", 1, ["v0"]])
 def test_bad_impl_is_rejected_before_any_gpu_work(bad):
@@ -163,7 +164,7 @@ def test_rungs_and_kernel_names():
     assert rung_kernel("wht", n=256) == rung_kernel("wht", "v1", n=256) == "wht_f32_n256"
     assert rung_kernel("wht", "v1", n=16, rows=5) == "wht_f32_n16"
     with pytest.raises(ValueError, match=r"^n\b"):
-        rung_kernel("wht", "v1")                            # v1's name depends on n
+        rung_kernel("wht", "v1")  # v1's name depends on n
     with pytest.raises(ValueError, match=r"^n\b"):
         rung_kernel("wht", "v1", n=96)
 

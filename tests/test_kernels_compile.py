@@ -2,6 +2,7 @@
 has nvcc, no GPU), as the text NVRTC compiles (headers pasted in), and the ptxas report parser
 reads what nvcc prints. The builds come from compile_check's cache: `make test` runs
 compile_check first, so these tests read its results instead of building everything again."""
+
 import functools
 import re
 import subprocess
@@ -15,8 +16,7 @@ from qwenref.gpu import compile_check
 ROOT = Path(__file__).resolve().parent.parent
 CU_FILES = sorted((ROOT / "kernels_cuda").glob("*.cu"))
 NVCC = compile_check.find_nvcc()
-needs_nvcc = pytest.mark.skipif(NVCC is None,
-                                reason="nvcc not found: kernel compile check skipped")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found: kernel compile check skipped")
 
 # extern "C" __global__ [qualifiers] void name(   (__launch_bounds__(...) is removed first)
 _DECL = re.compile(r'extern\s+"C"\s+__global__\s+(?:\w+\s+)*?(\w+)\s*\(')
@@ -35,8 +35,9 @@ def declared_kernels(source: str) -> set:
 def _results() -> dict:
     """Every file's build, all at once on the first call: cached ones are read, the others
     built in parallel (a test run on its own, without compile_check before it)."""
-    res = compile_check.check_files(CU_FILES, NVCC, compile_check.ARCHS,
-                                    compile_check.default_cache_dir())
+    res = compile_check.check_files(
+        CU_FILES, NVCC, compile_check.ARCHS, compile_check.default_cache_dir()
+    )
     return {r.name: r for r in res}
 
 
@@ -45,14 +46,16 @@ def _results() -> dict:
 @pytest.mark.parametrize("cu", CU_FILES, ids=[p.name for p in CU_FILES])
 def test_kernel_compiles(cu, arch):
     r = _results()[cu.name]
-    assert arch not in r.failed_archs, \
+    assert arch not in r.failed_archs, (
         f"{cu.name} does not compile for {arch}:\n{r.arch_messages.get(arch) or r.messages}"
+    )
     declared = declared_kernels(cu.read_text())
     reported = {k.name for k in r.kernels.get(arch, [])}
     # every extern "C" kernel in the source must reach ptxas under its plain name (CuPy looks
     # kernels up by that name); a missing one means it was mangled or compiled out for this arch
-    assert declared <= reported, \
+    assert declared <= reported, (
         f"{cu.name} ({arch}): declared {sorted(declared)}, ptxas saw {sorted(reported)}"
+    )
 
 
 @needs_nvcc
@@ -62,7 +65,9 @@ def test_pasted_source_is_what_was_compiled(cu):
     check builds that text, in a folder without the headers: no local #include may survive, and
     the build read above must be of this very text (its hash)."""
     import hashlib
+
     from qwenref.gpu._runtime import kernel_source
+
     text = kernel_source(cu.stem)
     assert not re.search(r'^\s*#\s*include\s+"', text, re.M), "a local #include survived"
     assert _results()[cu.name].source_sha256 == hashlib.sha256(text.encode()).hexdigest()
@@ -72,6 +77,7 @@ def test_kernel_source_pastes_each_header_once(tmp_path, monkeypatch):
     """A header included twice (directly and through another header) is pasted once; a
     missing header is an error naming it."""
     from qwenref.gpu import _runtime
+
     (tmp_path / "a.cuh").write_text('#include "b.cuh"\nint a;\n')
     (tmp_path / "b.cuh").write_text("int b;\n")
     (tmp_path / "k.cu").write_text('#include "a.cuh"\n#include "b.cuh"\nint k;\n')
@@ -92,6 +98,7 @@ def test_cache_hit_and_miss(tmp_path, monkeypatch):
     """A second check of the same text reads the cache (no nvcc run); another text, or another
     nvcc version, builds again; an older entry of the same file is replaced."""
     from qwenref.gpu import _runtime
+
     kdir, cache = tmp_path / "kernels_cuda", tmp_path / "cache"
     kdir.mkdir()
     (kdir / "tiny.cu").write_text(_TINY % "1.0f")
@@ -99,8 +106,9 @@ def test_cache_hit_and_miss(tmp_path, monkeypatch):
     archs = ("sm_80",)
     built = []
     real_build = compile_check._build
-    monkeypatch.setattr(compile_check, "_build",
-                        lambda *a: built.append(a[0].name) or real_build(*a))
+    monkeypatch.setattr(
+        compile_check, "_build", lambda *a: built.append(a[0].name) or real_build(*a)
+    )
     check = lambda: compile_check.check_files([kdir / "tiny.cu"], NVCC, archs, cache)[0]
     first = check()
     assert first.ok and not first.cached and [k.name for k in first.kernels["sm_80"]] == ["tiny"]
@@ -120,14 +128,18 @@ def test_failing_arch_is_named(tmp_path):
     bad = tmp_path / "pdl.cu"
     bad.write_text(f'extern "C" __global__ void pdl(float* x) {{ {sm90_only} x[0] = 1.0f; }}\n')
     guarded = tmp_path / "pdl_guarded.cu"
-    guarded.write_text('extern "C" __global__ void pdl(float* x) {\n#if __CUDA_ARCH__ >= 900\n'
-                       f"  {sm90_only}\n#endif\n  x[0] = 1.0f;\n}}\n")
+    guarded.write_text(
+        'extern "C" __global__ void pdl(float* x) {\n#if __CUDA_ARCH__ >= 900\n'
+        f"  {sm90_only}\n#endif\n  x[0] = 1.0f;\n}}\n"
+    )
     r_bad, r_ok = compile_check.check_files([bad, guarded], NVCC, ("sm_80", "sm_90"))
     assert not r_bad.ok and r_bad.failed_archs == ["sm_80"], r_bad
     assert "griddepcontrol" in r_bad.arch_messages["sm_80"]
     assert [k.name for k in r_bad.kernels["sm_90"]] == ["pdl"]
-    assert r_ok.ok and {a: [k.name for k in ks] for a, ks in r_ok.kernels.items()} == \
-        {"sm_80": ["pdl"], "sm_90": ["pdl"]}
+    assert r_ok.ok and {a: [k.name for k in ks] for a, ks in r_ok.kernels.items()} == {
+        "sm_80": ["pdl"],
+        "sm_90": ["pdl"],
+    }
 
 
 @needs_nvcc
@@ -136,14 +148,18 @@ def test_cli_fails_on_a_broken_kernel(tmp_path):
     bad.write_text('extern "C" __global__ void k(float* x) { x[0] = undefined_name; }\n')
     good = tmp_path / "fine.cu"
     good.write_text('extern "C" __global__ void fine(float* x) { x[threadIdx.x] = 1.0f; }\n')
-    archs = ["--arch", "sm_80", "--arch", "sm_90"]        # two archs: a quicker run
-    r = subprocess.run([sys.executable, "-m", "qwenref.gpu.compile_check", *archs, str(good),
-                        str(bad)], capture_output=True, text=True, cwd=ROOT)
+    archs = ["--arch", "sm_80", "--arch", "sm_90"]  # two archs: a quicker run
+    r = subprocess.run(
+        [sys.executable, "-m", "qwenref.gpu.compile_check", *archs, str(good), str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     assert "broken.cu" in r.stdout and "FAILED TO COMPILE" in r.stdout
     assert "undefined_name" in r.stdout
     assert re.search(r"fine\.cu\s+fine\s+\d+", r.stdout), r.stdout
-    for arch in ("sm_80", "sm_90"):         # one summary line per arch, naming the failure
+    for arch in ("sm_80", "sm_90"):  # one summary line per arch, naming the failure
         assert re.search(rf"^\s*{arch}\s.*failed broken\.cu", r.stdout, re.M), r.stdout
 
 
@@ -157,14 +173,17 @@ def test_smem_notes():
     """sm_86 / sm_89 let a block opt into 99 KB of shared memory, sm_80 163 KB, sm_90 227 KB:
     the mma attention kernel at hd 256 with four n8 tiles (108,688 B) fits only the first."""
     from qwenref.gpu import attention
+
     size = getattr(attention, "mma_smem_bytes", None) or attention._mma_smem_bytes
-    sizes = {f"attn_partials_q8_mma_n{n} (hd {hd})": size(hd, n)
-             for hd in attention.MMA_HEAD_DIMS for n in range(1, attention.MMA_MAX_COLS // 8 + 1)}
+    sizes = {
+        f"attn_partials_q8_mma_n{n} (hd {hd})": size(hd, n)
+        for hd in attention.MMA_HEAD_DIMS
+        for n in range(1, attention.MMA_MAX_COLS // 8 + 1)
+    }
     assert sizes["attn_partials_q8_mma_n4 (hd 256)"] == 108688
     notes = compile_check.smem_notes(sizes)
     assert [n.split(":")[0] for n in notes] == ["sm_86", "sm_89"]
-    assert all("attn_partials_q8_mma_n4 (hd 256) 108688 B" in n and "n3" not in n
-               for n in notes)
+    assert all("attn_partials_q8_mma_n4 (hd 256) 108688 B" in n and "n3" not in n for n in notes)
     # while attention keeps the formula private, the check says it did not look
     if not hasattr(attention, "mma_smem_bytes"):
         assert compile_check.mma_smem_requests() is None
@@ -196,7 +215,6 @@ ptxas info    : Function properties for a
 ptxas info    : Used 10 registers, used 1 barriers, 1024 bytes smem, 360 bytes cmem[0]
 """
     b, a = compile_check.parse_ptxas(text)
-    fields = lambda k: (k.name, k.arch, k.registers, k.stack, k.spill_stores, k.spill_loads,
-                        k.smem)
+    fields = lambda k: (k.name, k.arch, k.registers, k.stack, k.spill_stores, k.spill_loads, k.smem)
     assert fields(b) == ("b", "sm_90", 21, 256, 8, 12, 0)
     assert fields(a) == ("a", "sm_80", 10, 0, 0, 0, 1024)

@@ -1,14 +1,25 @@
 """kvcache: Q8_0, turbo-n and bf16 formats against independent scalar references, their error
 bounds, and the KVCache layout / round trip for every kind."""
+
 import math
 
 import numpy as np
 import pytest
 
-import qwenref
-from qwenref.golden import (CACHE_KINDS, KVCache, bf16_bits, bf16_from_bits, bf16_round,
-                            q8_dequantize, q8_quantize, turbo_dequantize, turbo_pack,
-                            turbo_quantize, turbo_unpack, wht)
+from qwenref.golden import (
+    CACHE_KINDS,
+    KVCache,
+    bf16_bits,
+    bf16_from_bits,
+    bf16_round,
+    q8_dequantize,
+    q8_quantize,
+    turbo_dequantize,
+    turbo_pack,
+    turbo_quantize,
+    turbo_unpack,
+    wht,
+)
 
 F32 = np.float32
 
@@ -38,11 +49,12 @@ def q8_ref_row(x):
 
 
 def turbo_ref_row(x, n):
-    """The turbo-n rule (golden/kvcache.py's docstring) element by element, packed through a Python integer."""
+    """The turbo-n rule (qwenref/layout.py's docstring) element by element, packed through a
+    Python integer."""
     L = F32(((1 << n) - 1) / 2)
     out_c, out_d = [], []
     for g in range(x.shape[0] // 16):
-        xs = x[g * 16:(g + 1) * 16]
+        xs = x[g * 16 : (g + 1) * 16]
         amax = F32(0.0)
         for v in xs:
             amax = max(amax, F32(abs(v)))
@@ -79,19 +91,20 @@ def q8_bound(x):
     # product x * fl(1/d32) (relative ~2**-23 on |x/d32| <= 127, i.e. < 2**-15 absolute), and
     # |q| <= 127: bound d32 (1/2 + 2**-15) + 127 |d32 - d|.
     d32, d = group_d32(x, 32, 127)
-    return d32 * (0.5 + 2.0 ** -15) + 127 * np.abs(d32 - d)
+    return d32 * (0.5 + 2.0**-15) + 127 * np.abs(d32 - d)
 
 
 def turbo_bound(x, n):
     # Mid-rise uniform quantizer, L = (2^n - 1)/2, u = x/d32 in [-L, L]: c = floor(u + 2^(n-1))
-    # puts u in [c - L - 1/2, c - L + 1/2), so |u - level| <= 1/2, and since u + 2^(n-1) <= 2^n - 1/2
+    # puts u in [c - L - 1/2, c - L + 1/2), so |u - level| <= 1/2, and since
+    # u + 2^(n-1) <= 2^n - 1/2
     # the clamp at the top code (and at 0) never binds in exact arithmetic; the float32
     # evaluation of u + 2^(n-1) (< 2^n <= 256, ulp <= 2^-16, plus the product's rounding) can
     # move a value sitting within ~2^-15 of a bin edge into the neighbour bin, adding < 2^-14.
     # Replacing d32 by float16 d moves a level by |c - L| |d32 - d| <= L |d32 - d|.
     L = ((1 << n) - 1) / 2
     d32, d = group_d32(x, 16, L)
-    return d32 * (0.5 + 2.0 ** -14) + L * np.abs(d32 - d)
+    return d32 * (0.5 + 2.0**-14) + L * np.abs(d32 - d)
 
 
 # ---- q8 -------------------------------------------------------------------------------------
@@ -99,20 +112,20 @@ def q8_test_rows(rng):
     """Groups of 32: random, outlier, all-zero, negative-only, exact .5 ties, float16-subnormal
     scales."""
     g = rng.standard_normal((9, 32)).astype(F32)
-    g[1, 7] = 1e4                                     # outlier: everything else rounds to ~0
-    g[2] = 0.0                                        # all-zero group: d = 0, q = 0
-    g[3] = -np.abs(g[3]) * 3                          # negative values only
+    g[1, 7] = 1e4  # outlier: everything else rounds to ~0
+    g[2] = 0.0  # all-zero group: d = 0, q = 0
+    g[3] = -np.abs(g[3]) * 3  # negative values only
     # ties: amax = 15.875 gives d32 = 1/8 exactly, id = 8, so x = (k + 1/2)/8 lands on k + 1/2
     k = np.arange(15, dtype=F32)
     g[4, :15] = (k + F32(0.5)) / F32(8)
     g[4, 15:30] = -(k + F32(0.5)) / F32(8)
     g[4, 30] = F32(15.875)
     g[4, 31] = np.nextafter(F32(0.5), F32(0)) / F32(8)  # 0.49999997 -> 0 (naive v+0.5 gives 1)
-    g[5] *= F32(1e-5)                                 # d32 ~ 1e-7: float16 subnormal scale
-    g[6] *= F32(3e-7)                                 # d32 ~ 7e-9: float16 scale rounds to 0
+    g[5] *= F32(1e-5)  # d32 ~ 1e-7: float16 subnormal scale
+    g[6] *= F32(3e-7)  # d32 ~ 7e-9: float16 scale rounds to 0
     g[7] = rng.uniform(-1, 1, 32).astype(F32) * 1e3
-    g[8, ::2] *= -50                                  # mixed-sign outliers
-    return g.reshape(3, 96)                           # rows of 3 groups
+    g[8, ::2] *= -50  # mixed-sign outliers
+    return g.reshape(3, 96)  # rows of 3 groups
 
 
 def test_q8_bit_exact_vs_llama_reference(rng):
@@ -143,8 +156,9 @@ def test_q8_random_leading_axes_vs_reference(rng):
 
 
 def test_q8_error_bound_and_dequant(rng):
-    x = np.concatenate([q8_test_rows(rng).reshape(-1, 32),
-                        rng.standard_normal((39, 32)).astype(F32) * 7]).reshape(-1, 64)
+    x = np.concatenate(
+        [q8_test_rows(rng).reshape(-1, 32), rng.standard_normal((39, 32)).astype(F32) * 7]
+    ).reshape(-1, 64)
     q, d = q8_quantize(x)
     y = q8_dequantize(q, d)
     assert y.dtype == np.float32 and y.shape == x.shape
@@ -179,11 +193,11 @@ def test_q8_bad_inputs():
 @pytest.mark.parametrize("bits", range(1, 9))
 def test_turbo_pack_roundtrip_and_layout(rng, bits):
     c = rng.integers(0, 1 << bits, (7, 3, 16), dtype=np.uint8)
-    c[0] = (1 << bits) - 1                                # all-ones group
+    c[0] = (1 << bits) - 1  # all-ones group
     c[1] = 0
     p = turbo_pack(c, bits)
     assert p.dtype == np.uint8 and p.shape == (7, 3, 2 * bits)
-    for idx in np.ndindex(7, 3):                          # code i at bits [n i, n i + n), LE
+    for idx in np.ndindex(7, 3):  # code i at bits [n i, n i + n), LE
         word = sum(int(v) << (bits * i) for i, v in enumerate(c[idx]))
         assert p[idx].tobytes() == word.to_bytes(2 * bits, "little")
     u = turbo_unpack(p, bits)
@@ -192,7 +206,7 @@ def test_turbo_pack_roundtrip_and_layout(rng, bits):
 
 def test_turbo_pack_bad_inputs():
     with pytest.raises(ValueError, match="c"):
-        turbo_pack(np.full(16, 8, np.uint8), 3)           # 8 does not fit in 3 bits
+        turbo_pack(np.full(16, 8, np.uint8), 3)  # 8 does not fit in 3 bits
     with pytest.raises(ValueError, match="c"):
         turbo_pack(np.zeros(15, np.uint8), 3)
     with pytest.raises(TypeError, match="c"):
@@ -207,11 +221,11 @@ def test_turbo_pack_bad_inputs():
 
 def turbo_test_rows(rng):
     g = rng.standard_normal((8, 16)).astype(F32)
-    g[1, 3] = 500.0                                   # outlier
-    g[2] = 0.0                                        # all-zero group -> code 2^(n-1), d = 0
+    g[1, 3] = 500.0  # outlier
+    g[2] = 0.0  # all-zero group -> code 2^(n-1), d = 0
     g[3] = -np.abs(g[3])
-    g[4] *= F32(1e-6)                                 # float16-subnormal scale
-    g[5, :8] = g[5, :8] * 0 + 2.0                     # repeated values at +-amax
+    g[4] *= F32(1e-6)  # float16-subnormal scale
+    g[5, :8] = g[5, :8] * 0 + 2.0  # repeated values at +-amax
     g[5, 8:] = -2.0
     return g.reshape(2, 64)
 
@@ -226,16 +240,17 @@ def test_turbo_quantize_bit_exact_vs_reference(rng, bits):
         cr, dr = turbo_ref_row(x[r], bits)
         assert np.array_equal(codes[r], cr), r
         assert np.array_equal(d[r], dr), r
-    c = turbo_unpack(codes, bits)                              # [5, 4, 16]
-    assert c.max() == (1 << bits) - 1 and c.min() == 0        # full code range used
+    c = turbo_unpack(codes, bits)  # [5, 4, 16]
+    assert c.max() == (1 << bits) - 1 and c.min() == 0  # full code range used
     assert np.all(c[0, 2] == 1 << (bits - 1)) and d[0, 2] == 0
     assert np.all(c[1, 1, :8] == (1 << bits) - 1) and np.all(c[1, 1, 8:] == 0)  # +-amax
 
 
 @pytest.mark.parametrize("bits", [8, 4, 3, 2])
 def test_turbo_error_bound(rng, bits):
-    x = np.concatenate([turbo_test_rows(rng).reshape(-1, 64),
-                        (rng.standard_normal((30, 64)) * 3).astype(F32)])
+    x = np.concatenate(
+        [turbo_test_rows(rng).reshape(-1, 64), (rng.standard_normal((30, 64)) * 3).astype(F32)]
+    )
     codes, d = turbo_quantize(x, bits)
     y = turbo_dequantize(codes, d, bits)
     assert y.dtype == np.float32 and y.shape == x.shape
@@ -246,7 +261,7 @@ def test_turbo_error_bound(rng, bits):
     err = np.abs(y.astype(np.float64) - x)
     assert np.all(err <= turbo_bound(x, bits))
     d32, _ = group_d32(x, 16, L)
-    assert np.max(err / np.where(d32 > 0, d32, 1)) > 0.4       # the half step is reached
+    assert np.max(err / np.where(d32 > 0, d32, 1)) > 0.4  # the half step is reached
 
 
 def test_turbo_bad_inputs():
@@ -260,12 +275,12 @@ def test_turbo_bad_inputs():
     with pytest.raises(TypeError, match="d"):
         turbo_dequantize(codes, d.astype(F32), 4)
     with pytest.raises(ValueError, match="packed"):
-        turbo_dequantize(codes, d, 3)                          # 8 bytes per group is 4-bit
+        turbo_dequantize(codes, d, 3)  # 8 bytes per group is 4-bit
 
 
 def outlier_keys(rng, t, hd):
     k = rng.standard_normal((t, hd)).astype(F32)
-    k[:, [5, hd // 2 + 13]] *= 30.0                            # two massive channels
+    k[:, [5, hd // 2 + 13]] *= 30.0  # two massive channels
     return k
 
 
@@ -273,7 +288,7 @@ def test_wht_rotation_tames_outlier_channels(rng):
     k = outlier_keys(rng, 64, 128)
     r = wht(k)
     crest = lambda a: np.abs(a).max(-1) / np.sqrt(np.mean(a.astype(np.float64) ** 2, -1))
-    assert np.median(crest(k)) > 2.5 * np.median(crest(r))     # ~8 before, ~2.5-3 after
+    assert np.median(crest(k)) > 2.5 * np.median(crest(r))  # ~8 before, ~2.5-3 after
     assert np.abs(r).max() < 0.5 * np.abs(k).max()
     for bits in (4, 3, 2):
         plain = turbo_dequantize(*turbo_quantize(k, bits), bits)
@@ -291,8 +306,7 @@ def test_bf16_bits_round_to_nearest_even(rng):
     # the largest finite values that still round to a finite bf16 (3.3961e38 and up round
     # to +-inf, which bf16_bits refuses, as it refuses NaN and +-inf)
     top = np.uint32(0x7F7F7FFF).view(F32)
-    special = np.array([0.0, -0.0, 1.0, -1.0, 3.38e38, -3.38e38, 1e-40, -1e-45,
-                        top, -top], F32)
+    special = np.array([0.0, -0.0, 1.0, -1.0, 3.38e38, -3.38e38, 1e-40, -1e-45, top, -top], F32)
     x = np.concatenate([x, ties, special])
     b = bf16_bits(x)
     assert b.dtype == np.uint16 and b.shape == x.shape
@@ -302,7 +316,7 @@ def test_bf16_bits_round_to_nearest_even(rng):
     assert np.any(bf16_bits((hi | 0x8000).view(F32)) == (hi >> 16).astype(np.uint16))
     assert np.any(bf16_bits((hi | 0x8000).view(F32)) == (hi >> 16).astype(np.uint16) + 1)
     assert np.isfinite(bf16_round(special)).all()
-    to_inf = np.uint32(0x7F7F8000).view(F32)                  # half-way to inf: ties up
+    to_inf = np.uint32(0x7F7F8000).view(F32)  # half-way to inf: ties up
     for bad in (np.nan, np.inf, -np.inf, np.finfo(F32).max, to_inf, -to_inf):
         with pytest.raises(ValueError, match="^x"):
             bf16_bits(np.array([1.0, bad], F32))
@@ -310,12 +324,12 @@ def test_bf16_bits_round_to_nearest_even(rng):
 
 def test_bf16_from_bits_all_patterns():
     b = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    special = (b & 0x7F80) == 0x7F80                           # +-inf and the NaNs
+    special = (b & 0x7F80) == 0x7F80  # +-inf and the NaNs
     assert special.sum() == 2 * 128
     f = bf16_from_bits(b[~special])
     assert f.dtype == np.float32 and np.isfinite(f).all()
     assert np.array_equal(f.view(np.uint32), b[~special].astype(np.uint32) << 16)
-    assert np.array_equal(bf16_bits(f), b[~special])           # exact round trip
+    assert np.array_equal(bf16_bits(f), b[~special])  # exact round trip
     for pattern in (0x7F80, 0xFF80, 0x7FC0, 0xFFA1):
         with pytest.raises(ValueError, match="^b"):
             bf16_from_bits(np.array([0x3F80, pattern], np.uint16))
@@ -337,13 +351,15 @@ def expected_layout(side, nkv, max_t, hd):
     if side == "q8":
         return {"q": (np.int8, (nkv, max_t, hd)), "d": (np.float16, (nkv, max_t, hd // 32))}
     n = int(side[5:])
-    return {"codes": (np.uint8, (nkv, max_t, hd // 16, 2 * n)),
-            "d": (np.float16, (nkv, max_t, hd // 16))}
+    return {
+        "codes": (np.uint8, (nkv, max_t, hd // 16, 2 * n)),
+        "d": (np.float16, (nkv, max_t, hd // 16)),
+    }
 
 
 def side_check(side, got, x):
     """got [nkv, T, hd] as returned by keys()/values(); x the appended float32 [T, nkv, hd]."""
-    xh = x.transpose(1, 0, 2)                                  # [nkv, T, hd] head-major
+    xh = x.transpose(1, 0, 2)  # [nkv, T, hd] head-major
     if side == "f32":
         assert np.array_equal(got, xh)
     elif side == "bf16":
@@ -352,14 +368,14 @@ def side_check(side, got, x):
         assert np.all(np.abs(got.astype(np.float64) - xh) <= q8_bound(xh))
     else:
         n = int(side[5:])
-        r = wht(xh)                                            # stored in the rotated domain
+        r = wht(xh)  # stored in the rotated domain
         b = turbo_bound(r, n)
         assert np.all(np.abs(got.astype(np.float64) - r) <= b)
         # back in the original domain the error vector keeps its norm (H orthonormal); allow
         # float32 rounding of the two transforms (2**-22 of the row norm)
         back = wht(got, inverse=True).astype(np.float64)
         row_err = np.linalg.norm(back - xh, axis=-1)
-        slack = 2.0 ** -22 * np.linalg.norm(xh, axis=-1)
+        slack = 2.0**-22 * np.linalg.norm(xh, axis=-1)
         assert np.all(row_err <= np.linalg.norm(b, axis=-1) + slack)
 
 
@@ -367,11 +383,13 @@ def side_check(side, got, x):
 def test_kvcache_round_trip(rng, tiny_cfg, kind):
     cfg = tiny_cfg
     nkv, hd, ihd, R = cfg.nkv, cfg.head_dim, cfg.indexer_head_dim, cfg.indexer_compress_ratio
-    max_t = 21                                                 # not a multiple of R
+    max_t = 21  # not a multiple of R
     cache = KVCache(cfg, max_t=max_t, kind=kind)
-    k_side, v_side = (("bf16", kind[6:-1]) if kind.startswith("bf16k-") else (kind, kind))
+    k_side, v_side = ("bf16", kind[6:-1]) if kind.startswith("bf16k-") else (kind, kind)
     assert (cache.k_kind, cache.v_kind) == (k_side, v_side)
-    assert cache.k_rotated == k_side.startswith("turbo") and cache.v_rotated == v_side.startswith("turbo")
+    assert cache.k_rotated == k_side.startswith("turbo") and cache.v_rotated == v_side.startswith(
+        "turbo"
+    )
     for store, side in ((cache.k_store, k_side), (cache.v_store, v_side)):
         want = expected_layout(side, nkv, max_t, hd)
         assert set(store) == set(want)
@@ -379,15 +397,17 @@ def test_kvcache_round_trip(rng, tiny_cfg, kind):
             assert store[name].dtype == dt and store[name].shape == shape, (side, name)
     assert cache.idx_keys.shape == (max_t, ihd) and cache.idx_keys.dtype == np.float32
     assert cache.blk_keys.shape == (max_t // R, ihd) and not cache.blk_keys.any()
-    assert cache.nbytes_per_token() == nkv * hd * (bits_per_value(k_side) + bits_per_value(v_side)) / 8
+    assert (
+        cache.nbytes_per_token() == nkv * hd * (bits_per_value(k_side) + bits_per_value(v_side)) / 8
+    )
 
     T = 9
-    k = np.stack([outlier_keys(rng, nkv, hd) for _ in range(T)])          # [T, nkv, hd]
+    k = np.stack([outlier_keys(rng, nkv, hd) for _ in range(T)])  # [T, nkv, hd]
     v = (rng.standard_normal((T, nkv, hd)) * 2).astype(F32)
     v[:, 1, 7] = 40.0
     ik = rng.standard_normal((T, ihd)).astype(F32)
     assert len(cache) == 0
-    for a, b in ((0, 3), (3, 8), (8, 9)):                      # appends at offsets
+    for a, b in ((0, 3), (3, 8), (8, 9)):  # appends at offsets
         cache.append(k[a:b], v[a:b], index_k=ik[a:b])
         assert len(cache) == b
     keys, vals = cache.keys(), cache.values()
@@ -420,8 +440,9 @@ def test_kvcache_copy_is_independent(rng, tiny_cfg):
 
 
 def test_kvcache_without_indexer(rng, tiny_cfg):
-    cfg = tiny_cfg.replace(indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0,
-                           indexer_budget=0)
+    cfg = tiny_cfg.replace(
+        indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0, indexer_budget=0
+    )
     cache = KVCache(cfg, max_t=8, kind="turbo3")
     assert cache.idx_keys is None and cache.blk_keys is None
     k = rng.standard_normal((3, 2, 64)).astype(F32)
@@ -439,12 +460,12 @@ def test_kvcache_bad_inputs(tiny_cfg):
     with pytest.raises(TypeError, match="cfg"):
         KVCache({"head_dim": 64}, 8)
     with pytest.raises(ValueError, match="head_dim"):
-        KVCache(cfg.replace(head_dim=48), 8, kind="q8")         # 48 % 32
+        KVCache(cfg.replace(head_dim=48), 8, kind="q8")  # 48 % 32
     with pytest.raises(ValueError, match="head_dim"):
-        KVCache(cfg.replace(head_dim=48), 8, kind="turbo4")     # not a power of two
+        KVCache(cfg.replace(head_dim=48), 8, kind="turbo4")  # not a power of two
     with pytest.raises(ValueError, match="head_dim"):
         KVCache(cfg.replace(head_dim=40), 8, kind="bf16k-turbo2v")
-    KVCache(cfg.replace(head_dim=48), 8, kind="bf16")           # fine for unquantized kinds
+    KVCache(cfg.replace(head_dim=48), 8, kind="bf16")  # fine for unquantized kinds
 
     cache = KVCache(cfg, max_t=5, kind="turbo4")
     k = np.zeros((3, 2, 64), F32)
@@ -465,8 +486,8 @@ def test_kvcache_bad_inputs(tiny_cfg):
         cache.append(k, k, index_k=ik.astype(np.float64))
     cache.append(k, k, index_k=ik)
     with pytest.raises(ValueError, match="max_t"):
-        cache.append(k, k, index_k=ik)                          # 3 + 3 > 5
-    assert len(cache) == 3                                      # a refused append changes nothing
+        cache.append(k, k, index_k=ik)  # 3 + 3 > 5
+    assert len(cache) == 3  # a refused append changes nothing
     with pytest.raises(ValueError, match="t_len"):
         cache.keys(4)
     with pytest.raises(ValueError, match="t_len"):

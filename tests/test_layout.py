@@ -1,5 +1,6 @@
 """qwenref.layout (the cache kinds, stored arrays and bytes per token) and qwenref.kvcache_base
 (the one class body of the golden and the GPU cache), checked without either cache's formats."""
+
 import numpy as np
 import pytest
 
@@ -13,8 +14,10 @@ TABLE = {
     "f32": {"data": (np.float32, (2, 5, 64))},
     "bf16": {"data": (np.uint16, (2, 5, 64))},
     "q8": {"q": (np.int8, (2, 5, 64)), "d": (np.float16, (2, 5, 2))},
-    **{f"turbo{n}": {"codes": (np.uint8, (2, 5, 4, 2 * n)), "d": (np.float16, (2, 5, 4))}
-       for n in (8, 4, 3, 2)},
+    **{
+        f"turbo{n}": {"codes": (np.uint8, (2, 5, 4, 2 * n)), "d": (np.float16, (2, 5, 4))}
+        for n in (8, 4, 3, 2)
+    },
 }
 
 
@@ -22,7 +25,7 @@ def test_side_arrays_follow_the_table():
     assert set(TABLE) == set(layout.SIDE_KINDS)
     for side, want in TABLE.items():
         got = layout.side_arrays(side, 2, 5, 64)
-        assert list(got) == list(want), side            # data first, then the scales
+        assert list(got) == list(want), side  # data first, then the scales
         for name, (dt, shape) in want.items():
             assert got[name] == (shape, np.dtype(dt)), (side, name)
 
@@ -40,14 +43,21 @@ def test_side_kinds_and_bits():
     with pytest.raises(ValueError, match="^side"):
         layout.turbo_bits("turbo5")
     with pytest.raises(ValueError, match="^side"):
-        layout.side_arrays("bf16k-turbo4v", 1, 1, 64)    # a cache kind, not a side kind
+        layout.side_arrays("bf16k-turbo4v", 1, 1, 64)  # a cache kind, not a side kind
 
 
 def test_bytes_per_token():
     # hd 256: f32 1024, bf16 512, q8 256 + 8 scales · 2 B, turboN 16 groups · (2N + 2) B
     hd = 256
-    assert [layout.side_bytes_per_head(s, hd) for s in layout.SIDE_KINDS] == \
-        [1024, 512, 272, 16 * 18, 16 * 10, 16 * 8, 16 * 6]
+    assert [layout.side_bytes_per_head(s, hd) for s in layout.SIDE_KINDS] == [
+        1024,
+        512,
+        272,
+        16 * 18,
+        16 * 10,
+        16 * 8,
+        16 * 6,
+    ]
     assert layout.bytes_per_token("q8", 4, 256) == 4 * 2 * 272
     assert layout.bytes_per_token("bf16k-turbo3v", 4, 256) == 4 * (512 + 16 * 8)
     cfg = qwenref.AttnConfig.tiny()
@@ -58,8 +68,10 @@ def test_bytes_per_token():
 
 
 def test_indexer_arrays_and_limits():
-    assert layout.indexer_arrays(21, 32, 4) == {"idx_keys": ((21, 32), np.dtype(np.float32)),
-                                                "blk_keys": ((5, 32), np.dtype(np.float32))}
+    assert layout.indexer_arrays(21, 32, 4) == {
+        "idx_keys": ((21, 32), np.dtype(np.float32)),
+        "blk_keys": ((5, 32), np.dtype(np.float32)),
+    }
     # the largest group max |x| whose scale is finite in float16, and the next float32 above
     for limit, div in ((layout.Q8_LIMIT, 127), (layout.turbo_limit(4), 7.5)):
         below = np.nextafter(np.float32(limit), np.float32(0))
@@ -75,6 +87,7 @@ def test_golden_names_stay():
 
 class ToyCache(KVCacheBase):
     """The smallest subclass: numpy arrays, f32 sides only, an encode step that can fail."""
+
     xp = np
     fail = False
 
@@ -86,7 +99,7 @@ class ToyCache(KVCacheBase):
         if self.fail:
             raise ValueError("k: cannot store")
         for store, x in ((self.k_store, k), (self.v_store, v)):
-            store["data"][:, t0:t0 + len(x)] = x.transpose(1, 0, 2)
+            store["data"][:, t0 : t0 + len(x)] = x.transpose(1, 0, 2)
 
     @staticmethod
     def _decode(side, stored):
@@ -106,7 +119,7 @@ def test_the_base_class_body():
     assert c.nbytes_per_token() == layout.bytes_per_token("f32", 2, 64)
     twin = c.copy()
     assert type(twin) is ToyCache and twin.k_store["data"] is not c.k_store["data"]
-    c.fail = True                                   # a failing encode step writes nothing
+    c.fail = True  # a failing encode step writes nothing
     with pytest.raises(ValueError, match="^k"):
         c.append(k, k, index_k=ik)
     assert len(c) == 2 and np.array_equal(c.k_store["data"], twin.k_store["data"])

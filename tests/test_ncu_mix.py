@@ -1,16 +1,18 @@
 """qwenref.dev.ncu_mix on a small hand-written export in ncu's source-page CSV shape."""
+
 import pytest
 
 from qwenref.dev import ncu_mix
 
-CSV = '''"Kernel Name","k",
-"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_wait","stall_math","stall_wait (Not Issued)"
+CSV = """"Kernel Name","k",
+"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed",\
+"stall_wait","stall_math","stall_wait (Not Issued)"
 "0x10","  HMMA.16816.F32 R4, R8, R12, R4","30","200","20","10","5"
 "0x10","  HMMA.16816.F32 R4, R8, R12, R4","30","200","20","10","5"
 "0x20","@!P0 FMUL.FTZ R1, R2, R3","10","100","0","10","0"
 "0x30","  FMUL.FTZ R1, R2, R3","0","1,000","0","0","0"
 "0x40","","0","0","0","0","0"
-'''
+"""
 
 
 def test_rows_are_deduplicated_by_address_and_skip_empty_source():

@@ -1,4 +1,5 @@
 """norm: float32 RMSNorm / add+RMSNorm against a float64 reference, and bad inputs."""
+
 import numpy as np
 import pytest
 
@@ -27,8 +28,8 @@ def make_rows(rng, n):
     (so eps matters), one all-zero."""
     x = rng.standard_normal((6, n)).astype(np.float32)
     x[1] *= 1e3
-    x[2, [0, n // 3, n - 1]] *= 200.0          # outlier channels
-    x[3] *= 1e-4                                # mean(x^2) ~ 1e-8 << eps = 1e-6
+    x[2, [0, n // 3, n - 1]] *= 200.0  # outlier channels
+    x[3] *= 1e-4  # mean(x^2) ~ 1e-8 << eps = 1e-6
     x[4] = 0.0
     return x
 
@@ -36,12 +37,12 @@ def make_rows(rng, n):
 @pytest.mark.parametrize("n", [64, 77, 256])
 def test_rms_norm_matches_float64(rng, n):
     x = make_rows(rng, n)
-    w = (0.5 * rng.standard_normal(n)).astype(np.float32)   # 1 + w ranges well away from 1
+    w = (0.5 * rng.standard_normal(n)).astype(np.float32)  # 1 + w ranges well away from 1
     y = rms_norm(x, w, eps=1e-6)
     assert y.dtype == np.float32 and y.shape == x.shape
     ref = ref_rms_norm(x, w, 1e-6)
     assert np.all(np.abs(y - ref) <= rel_tol(n) * np.abs(ref))
-    assert np.all(y[4] == 0)                                 # zero row: no NaN
+    assert np.all(y[4] == 0)  # zero row: no NaN
     # the eps row is meaningful: without eps its output would be ~10x larger
     assert np.abs(ref_rms_norm(x[3:4], w, 0.0)).max() > 5 * np.abs(y[3]).max()
 
@@ -75,7 +76,7 @@ def test_add_rms_norm(rng):
     w = rng.standard_normal(n).astype(np.float32)
     y, s = add_rms_norm(x, r, w, eps=1e-6)
     assert s.dtype == np.float32 and y.dtype == np.float32
-    assert np.array_equal(s, x + r)                          # one float32 add, bit-exact
+    assert np.array_equal(s, x + r)  # one float32 add, bit-exact
     assert np.array_equal(y, rms_norm(x + r, w, eps=1e-6))
     ref = ref_rms_norm((x + r), w, 1e-6)
     assert np.all(np.abs(y - ref) <= rel_tol(n) * np.abs(ref))

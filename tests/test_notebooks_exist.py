@@ -2,6 +2,7 @@
 
 The golden modules and tests exist from the start; kernels and notebooks are checked once the
 first of their kind exists (kernels_cuda/ or notebooks/ empty -> skipped, with a reason)."""
+
 import json
 import re
 from pathlib import Path
@@ -49,6 +50,10 @@ def test_notebook_committed_executed(nb):
     counts = [c.get("execution_count") for c in cells if "".join(c["source"]).strip()]
     assert None not in counts, f"{nb.name}: {counts.count(None)} code cells were not executed"
     assert counts == sorted(counts), f"{nb.name}: cells were executed out of order"
-    errors = [o.get("ename") for c in cells for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
+    errors = [
+        o.get("ename")
+        for c in cells
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors, f"{nb.name}: committed with errors {errors}"

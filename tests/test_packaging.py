@@ -1,5 +1,6 @@
 """Packaging stays honest: pyproject.toml and environment.yml name the same packages, every
 Python subpackage and every kernels_cuda/*.cu is shipped, and a real wheel contains them."""
+
 import fnmatch
 import os
 import re
@@ -35,16 +36,18 @@ def test_environment_yml_lists_the_pyproject_packages():
     assert len(pip_lists) == 1, "environment.yml: expected one pip: section"
     # skip pip options and the project itself ("-e .")
     got = {_key(s) for s in pip_lists[0] if not s.startswith("-")}
-    assert got == want, (f"only in pyproject: {sorted(want - got)}; "
-                         f"only in environment.yml: {sorted(got - want)}")
+    assert got == want, (
+        f"only in pyproject: {sorted(want - got)}; only in environment.yml: {sorted(got - want)}"
+    )
 
     conda_python = [d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python")]
     assert conda_python == [f"python{proj['requires-python']}"]
 
 
 def test_every_python_package_is_listed():
-    on_disk = {".".join(p.parent.relative_to(ROOT).parts)
-               for p in (ROOT / "qwenref").rglob("__init__.py")}
+    on_disk = {
+        ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "qwenref").rglob("__init__.py")
+    }
     listed = set(SETUPTOOLS["packages"])
     assert on_disk <= listed, f"packages missing from pyproject.toml: {sorted(on_disk - listed)}"
 
@@ -70,9 +73,22 @@ def test_wheel_contains_package_and_kernels(tmp_path):
     # a kernel named here proves the glob, even before real kernels exist
     (src / "kernels_cuda" / "zz_probe.cu").write_text('extern "C" __global__ void zz() {}\n')
 
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                        "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     (whl,) = (tmp_path / "dist").glob("qwenref-*.whl")
     names = set(zipfile.ZipFile(whl).namelist())
@@ -85,9 +101,14 @@ def test_wheel_contains_package_and_kernels(tmp_path):
 
 # ---- the entry points the README names ---------------------------------------------------------
 
+
 def test_demo_runs():
-    r = subprocess.run([sys.executable, "-m", "qwenref.demo", "--decode", "2"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "qwenref.demo", "--decode", "2"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rows = dict(re.findall(r"^(turbo[2348])\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.e+-]+)", r.stdout, re.M))
     assert set(rows) == {"turbo8", "turbo4", "turbo3", "turbo2"}, r.stdout
@@ -98,6 +119,7 @@ def test_demo_runs():
 
 def _write_nb(path, sources):
     import nbformat
+
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
     nbformat.write(nb, path)
@@ -110,17 +132,23 @@ def test_notebook_runner_executes_copies(tmp_path):
     pytest.importorskip("nbconvert")
     src = tmp_path / "notebooks"
     src.mkdir()
-    _write_nb(src / "01_ok.ipynb",
-              ["import os, qwenref; print('cwd', os.path.basename(os.getcwd()))"])
+    _write_nb(
+        src / "01_ok.ipynb", ["import os, qwenref; print('cwd', os.path.basename(os.getcwd()))"]
+    )
     _write_nb(src / "02_bad.ipynb", ["raise ValueError('boom')"])
     before = {p.name: p.read_bytes() for p in src.iterdir()}
 
     out = tmp_path / "build"
     # this checkout first on the path, installed or not (the kernel inherits it)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    r = subprocess.run([sys.executable, "-m", "qwenref.notebooks", "--src", str(src),
-                        "--out", str(out)], capture_output=True, text=True, cwd=tmp_path,
-                       env={**os.environ, "PYTHONPATH": path}, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "qwenref.notebooks", "--src", str(src), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=300,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     assert "1 ok, 1 failed" in r.stdout and "ValueError: boom" in r.stdout, r.stdout
     assert {p.name: p.read_bytes() for p in src.iterdir()} == before, "sources were modified"

@@ -9,6 +9,7 @@ and RoPE angles (transformers: float32 inv_freq and angles; golden: float64), to
 relative at these sizes and positions < 32, so 1e-5 leaves two orders of margin while a real
 slip (w vs 1 + w, q/gate order, rotate-half pairing, GQA mapping) gives >= 1e-3.
 """
+
 import copy
 import json
 
@@ -20,26 +21,37 @@ pytestmark = pytest.mark.oracle
 torch = pytest.importorskip("torch", reason="parity tests need torch (pip install torch)")
 pytest.importorskip("transformers", reason="parity tests need transformers >= 5 (Qwen3.5)")
 try:
-    from transformers.models.qwen3_5.configuration_qwen3_5 import (Qwen3_5Config,
-                                                                   Qwen3_5TextConfig)
-    from transformers.models.qwen3_5.modeling_qwen3_5 import (Qwen3_5ForCausalLM,
-                                                              Qwen3_5ForConditionalGeneration)
+    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config, Qwen3_5TextConfig
+    from transformers.models.qwen3_5.modeling_qwen3_5 import (
+        Qwen3_5ForCausalLM,
+        Qwen3_5ForConditionalGeneration,
+    )
 except ImportError as e:  # transformers too old for Qwen3.5
     pytest.skip(f"this transformers has no Qwen3.5 model ({e})", allow_module_level=True)
 
 import qwenref  # noqa: E402
 
-TOL = 1e-5          # see the module docstring
-N_LAYERS = 2        # both full attention; parity is checked on each (catches a layer-index slip)
+TOL = 1e-5  # see the module docstring
+N_LAYERS = 2  # both full attention; parity is checked on each (catches a layer-index slip)
 
 
 def _text_config(theta):
     c = Qwen3_5TextConfig(
-        vocab_size=16, hidden_size=64, intermediate_size=96, num_hidden_layers=N_LAYERS,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6,
+        vocab_size=16,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=N_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        rms_norm_eps=1e-6,
         layer_types=["full_attention"] * N_LAYERS,
-        rope_parameters={"rope_type": "default", "rope_theta": theta,
-                         "partial_rotary_factor": 0.25})
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": theta,
+            "partial_rotary_factor": 0.25,
+        },
+    )
     c._attn_implementation = "eager"
     return c
 
@@ -73,11 +85,11 @@ def _reference(model, i, x):
     """transformers' decoder layer i over all rows at once, causal: row t sees rows <= t, which
     is what a prefill followed by decode steps computes."""
     T = x.shape[0]
-    xt = torch.from_numpy(x)[None]                                   # [1, T, H]
+    xt = torch.from_numpy(x)[None]  # [1, T, H]
     # text positions 0..T-1 as the three identical mRoPE rows [3, 1, T]: older transformers (5.17)
     # want that shape, newer ones expand a [1, T] input to it themselves
     cos_sin = model.model.rotary_emb(xt, torch.arange(T)[None, None].expand(3, 1, T))
-    mask = torch.full((T, T), float("-inf")).triu(1)[None, None]     # additive causal mask
+    mask = torch.full((T, T), float("-inf")).triu(1)[None, None]  # additive causal mask
     with torch.no_grad():
         y = model.model.layers[i](xt, position_embeddings=cos_sin, attention_mask=mask)
     return y[0].numpy()
@@ -88,7 +100,7 @@ def _ours(ckpt, i, x, chunks, kind="f32"):
     cache = qwenref.golden.KVCache(ckpt.config, max_t=64, kind=kind)
     out, p = [], 0
     for n in chunks:
-        out.append(layer.forward(x[p:p + n], base_pos=len(cache), cache=cache))
+        out.append(layer.forward(x[p : p + n], base_pos=len(cache), cache=cache))
         p += n
     assert len(cache) == p == x.shape[0]
     return out
@@ -101,13 +113,14 @@ def _rel(a, b):
 def _inputs(T, seed):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((T, 64)).astype(np.float32)
-    x[5, 7] = 9.0            # an outlier channel, as real hidden states have
-    x[T - 1] *= 3.0          # a loud decode row
+    x[5, 7] = 9.0  # an outlier channel, as real hidden states have
+    x[T - 1] *= 3.0  # a loud decode row
     return x
 
 
-@pytest.mark.parametrize("chunks", [(20, 1, 1, 1), (7, 13, 2, 1)],
-                         ids=["prefill20+3decode", "chunked"])
+@pytest.mark.parametrize(
+    "chunks", [(20, 1, 1, 1), (7, 13, 2, 1)], ids=["prefill20+3decode", "chunked"]
+)
 def test_layer_matches_transformers(hf, chunks):
     model, d = hf
     ckpt = qwenref.load_checkpoint(d)
@@ -121,13 +134,15 @@ def test_layer_matches_transformers(hf, chunks):
         assert _rel(ref, x) > 0.3
         p, errs = 0, []
         for n, yc in zip(chunks, ys):
-            errs.append(_rel(yc, ref[p:p + n]))
+            errs.append(_rel(yc, ref[p : p + n]))
             p += n
         row = max(_rel(y[t], ref[t]) for t in range(len(y)))
-        delta = _rel(y - x, ref - x)     # the attention + MLP update alone
-        print(f"\nparity theta={theta:.0e} layer={i} chunks={chunks}: per chunk "
-              + " ".join(f"{e:.2e}" for e in errs)
-              + f" | worst row {row:.2e} | update (y - x) {delta:.2e}")
+        delta = _rel(y - x, ref - x)  # the attention + MLP update alone
+        print(
+            f"\nparity theta={theta:.0e} layer={i} chunks={chunks}: per chunk "
+            + " ".join(f"{e:.2e}" for e in errs)
+            + f" | worst row {row:.2e} | update (y - x) {delta:.2e}"
+        )
         assert max(errs) <= TOL and row <= TOL and delta <= TOL
 
 
@@ -139,9 +154,13 @@ def test_the_comparison_can_fail(hf):
     x = _inputs(23, seed=4)
     ref = _reference(model, 1, x)
     w = ckpt.layer(1)
-    for name in ("input_layernorm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
-                 "post_attention_layernorm.weight"):
-        assert float(np.std(w[name])) > 0.05          # non-trivial norms were saved and loaded
+    for name in (
+        "input_layernorm.weight",
+        "self_attn.q_norm.weight",
+        "self_attn.k_norm.weight",
+        "post_attention_layernorm.weight",
+    ):
+        assert float(np.std(w[name])) > 0.05  # non-trivial norms were saved and loaded
         broken = qwenref.LayerWeights(w, **{name: np.zeros_like(w[name])})
         layer = qwenref.golden.FullAttentionLayer(ckpt.config, broken)
         cache = qwenref.golden.KVCache(ckpt.config, max_t=64, kind="f32")
@@ -157,9 +176,14 @@ def test_config_and_weights_as_transformers_saved_them(hf):
     model, d = hf
     ckpt = qwenref.load_checkpoint(d)
     c, hc = ckpt.config, model.config
-    assert (c.hidden_size, c.nh, c.nkv, c.head_dim, c.intermediate_size, c.rms_norm_eps) == \
-        (hc.hidden_size, hc.num_attention_heads, hc.num_key_value_heads, hc.head_dim,
-         hc.intermediate_size, hc.rms_norm_eps)
+    assert (c.hidden_size, c.nh, c.nkv, c.head_dim, c.intermediate_size, c.rms_norm_eps) == (
+        hc.hidden_size,
+        hc.num_attention_heads,
+        hc.num_key_value_heads,
+        hc.head_dim,
+        hc.intermediate_size,
+        hc.rms_norm_eps,
+    )
     assert c.rope_theta == hc.rope_parameters["rope_theta"]
     assert 2 * model.model.rotary_emb.inv_freq.numel() == c.rotary_dim == 8
     assert c.model_type == "qwen3_5_text" and not c.has_indexer and not c.is_moe
@@ -174,7 +198,7 @@ def test_config_and_weights_as_transformers_saved_them(hf):
 
 def test_bf16_checkpoint_saved_by_transformers(hf, tmp_path):
     model, _ = hf
-    m16 = Qwen3_5ForCausalLM(copy.deepcopy(model.config))   # .to() below edits its config
+    m16 = Qwen3_5ForCausalLM(copy.deepcopy(model.config))  # .to() below edits its config
     m16.load_state_dict(model.state_dict())
     m16.to(torch.bfloat16).save_pretrained(tmp_path)
     ckpt = qwenref.load_checkpoint(tmp_path)
@@ -189,11 +213,19 @@ def test_multimodal_checkpoint_saved_by_transformers(hf, tmp_path):
     """Qwen3_5ForConditionalGeneration (tiny vision tower): text settings under text_config,
     text weights under model.language_model.layers.N, next to model.visual.* tensors."""
     model, d = hf
-    vision = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64,
-                  out_hidden_size=64, patch_size=2, temporal_patch_size=1,
-                  num_position_embeddings=16)
+    vision = dict(
+        depth=1,
+        hidden_size=32,
+        num_heads=2,
+        intermediate_size=64,
+        out_hidden_size=64,
+        patch_size=2,
+        temporal_patch_size=1,
+        num_position_embeddings=16,
+    )
     mm = Qwen3_5ForConditionalGeneration(
-        Qwen3_5Config(text_config=copy.deepcopy(model.config).to_dict(), vision_config=vision))
+        Qwen3_5Config(text_config=copy.deepcopy(model.config).to_dict(), vision_config=vision)
+    )
     mm.model.language_model.load_state_dict(model.model.state_dict())
     mm.save_pretrained(tmp_path)
     conf = json.loads((tmp_path / "config.json").read_text())

@@ -4,6 +4,7 @@ with float64 references written here from the formulas, and bad inputs never cha
 Small shapes keep each example around a millisecond. Examples are derandomized (the same ones
 on every run, so CI is reproducible) and no example database is written into the tree.
 """
+
 import copy
 import math
 
@@ -22,16 +23,20 @@ from qwenref import golden  # noqa: E402
 from qwenref.weights import weight_shapes  # noqa: E402
 
 F32 = np.float32
-EPS32 = float(np.finfo(F32).eps)          # 2**-23
+EPS32 = float(np.finfo(F32).eps)  # 2**-23
 EXAMPLES = 100
 
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def floats(lo, hi):
-    return st.floats(lo, hi, width=32, allow_nan=False, allow_infinity=False,
-                     allow_subnormal=False)
+    return st.floats(lo, hi, width=32, allow_nan=False, allow_infinity=False, allow_subnormal=False)
 
 
 def arrays(shape, lo=-1e3, hi=1e3):
@@ -65,8 +70,11 @@ def test_norm_agrees_with_float64(data):
     zc = data.draw(st.booleans())
     y = golden.rms_norm(x, w, eps, zc)
     s64 = x.astype(np.float64)
-    ref = (s64 / np.sqrt(np.mean(s64 * s64, -1, keepdims=True) + eps)
-           * ((1.0 + w.astype(np.float64)) if zc else w))
+    ref = (
+        s64
+        / np.sqrt(np.mean(s64 * s64, -1, keepdims=True) + eps)
+        * ((1.0 + w.astype(np.float64)) if zc else w)
+    )
     # the float32 pairwise mean of squares and ~5 roundings, relative per element (test_norm),
     # plus float32's subnormal spacing for outputs that land there
     tol = (math.log2(n) + 8) * EPS32 * np.abs(ref) + 1e-44
@@ -89,8 +97,9 @@ def test_rope_agrees_with_float64(data):
     # written as a complex rotation, with inv_freq as exp(-(2i/rd) log theta)
     half = rd // 2
     f = np.exp(-(2.0 * np.arange(half) / max(rd, 1)) * np.log(theta))
-    z = (x[..., :half].astype(np.float64) + 1j * x[..., half:rd]) * \
-        np.exp(1j * pos[:, None, None] * f)
+    z = (x[..., :half].astype(np.float64) + 1j * x[..., half:rd]) * np.exp(
+        1j * pos[:, None, None] * f
+    )
     ref = x.astype(np.float64)
     ref[..., :half], ref[..., half:rd] = z.real, z.imag
     # half a float32 ulp of the value, plus the two float64 angle evaluations differing by a
@@ -110,9 +119,11 @@ def test_wht_agrees_with_float64(data):
     ref = x.astype(np.float64) @ hadamard(n).T / math.sqrt(n)
     tol = 0.5 * EPS32 * np.abs(ref) + 1e-12 * np.abs(x).max() + 1e-44
     assert (np.abs(y - ref) <= tol).all()
-    back = golden.wht(y, inverse=True).astype(np.float64)          # self-inverse
-    assert (np.abs(back - x) <= EPS32 * np.linalg.norm(x.astype(np.float64), axis=-1,
-                                                       keepdims=True) + 1e-44).all()
+    back = golden.wht(y, inverse=True).astype(np.float64)  # self-inverse
+    assert (
+        np.abs(back - x)
+        <= EPS32 * np.linalg.norm(x.astype(np.float64), axis=-1, keepdims=True) + 1e-44
+    ).all()
 
 
 # ---- kvcache formats ----------------------------------------------------------------------------
@@ -126,7 +137,7 @@ def test_quantizers_stay_within_their_float64_bounds(data):
     x64 = x.astype(np.float64)
     if fmt == "bf16":
         y = golden.bf16_round(x).astype(np.float64)
-        assert (np.abs(y - x64) <= 2.0 ** -8 * np.abs(x64)).all()   # half a bf16 ulp
+        assert (np.abs(y - x64) <= 2.0**-8 * np.abs(x64)).all()  # half a bf16 ulp
         assert np.array_equal(golden.bf16_from_bits(golden.bf16_bits(x)), y.astype(F32))
         return
     levels = 127 if fmt == "q8" else ((1 << fmt) - 1) / 2
@@ -138,12 +149,12 @@ def test_quantizers_stay_within_their_float64_bounds(data):
         codes, d = golden.turbo_quantize(x, fmt)
         y = golden.turbo_dequantize(codes, d, fmt)
         assert golden.turbo_unpack(codes, fmt).max() < 1 << fmt
-    d32 = np.abs(x.reshape(rows, groups, group)).max(-1) / F32(levels)       # float32 scale
+    d32 = np.abs(x.reshape(rows, groups, group)).max(-1) / F32(levels)  # float32 scale
     d16 = d32.astype(np.float16).astype(np.float64)
     d32 = d32.astype(np.float64)
     # half a step (and a float32 rounding of x / d) plus the float16 rounding of the scale
     # moving a level by at most `levels` times it (test_kvcache derives both)
-    bound = d32 * (0.5 + 2.0 ** -14) + levels * np.abs(d32 - d16)
+    bound = d32 * (0.5 + 2.0**-14) + levels * np.abs(d32 - d16)
     bound = np.repeat(bound, group, axis=-1)
     assert np.isfinite(y).all() and (np.abs(y.astype(np.float64) - x64) <= bound).all()
 
@@ -153,8 +164,19 @@ def _small_cfg():
     return qwenref.AttnConfig.tiny().replace(head_dim=32, indexer_head_dim=16)
 
 
-_APPEND_FAULTS = ["ok", "ok", "ok", "nan_k", "inf_v", "nan_index_k", "big", "float64",
-                  "shape", "no_index_k", "past_max_t"]
+_APPEND_FAULTS = [
+    "ok",
+    "ok",
+    "ok",
+    "nan_k",
+    "inf_v",
+    "nan_index_k",
+    "big",
+    "float64",
+    "shape",
+    "no_index_k",
+    "past_max_t",
+]
 
 
 @SETTINGS
@@ -177,7 +199,7 @@ def test_refused_appends_change_nothing(data):
             twin.append(**copy.deepcopy(args))
             continue
         if nb == 0 and fault not in ("past_max_t", "no_index_k"):
-            continue                                   # nothing to poison
+            continue  # nothing to poison
         if fault in ("nan_k", "inf_v", "nan_index_k"):
             name = {"nan_k": "k", "inf_v": "v", "nan_index_k": "index_k"}[fault]
             a = args[name]
@@ -185,7 +207,7 @@ def test_refused_appends_change_nothing(data):
             exc = ValueError
         elif fault == "big":
             if kind == "f32":
-                continue                               # f32 stores any finite value
+                continue  # f32 stores any finite value
             name = "v" if kind.startswith("bf16k") else "k"
             args[name].flat[rng.integers(args[name].size)] = np.finfo(F32).max
             exc = ValueError
@@ -198,11 +220,13 @@ def test_refused_appends_change_nothing(data):
         elif fault == "no_index_k":
             name, exc = "index_k", ValueError
             args["index_k"] = None
-        else:                                          # past_max_t, or an "ok" that overflows
+        else:  # past_max_t, or an "ok" that overflows
             n = cache.max_t - len(cache) + 1
-            args = {"k": np.zeros((n, cfg.nkv, cfg.head_dim), F32),
-                    "v": np.zeros((n, cfg.nkv, cfg.head_dim), F32),
-                    "index_k": np.zeros((n, cfg.indexer_head_dim), F32)}
+            args = {
+                "k": np.zeros((n, cfg.nkv, cfg.head_dim), F32),
+                "v": np.zeros((n, cfg.nkv, cfg.head_dim), F32),
+                "index_k": np.zeros((n, cfg.indexer_head_dim), F32),
+            }
             name, exc = "k", ValueError
         with pytest.raises(exc, match=rf"^{name}\b"):
             cache.append(**args)
@@ -226,12 +250,19 @@ def test_selection_agrees_with_float64_scores_and_the_rule(data):
         assert np.array_equal(idx, np.arange(t + 1)) and mask.all()
         return
     s = golden.block_scores(q, bkeys[:nc])
-    ref = np.array([sum(max(float(np.dot(q[h].astype(np.float64), bkeys[j].astype(np.float64))),
-                            0.0) for h in range(inh)) for j in range(nc)]) / math.sqrt(ihd)
+    ref = np.array(
+        [
+            sum(
+                max(float(np.dot(q[h].astype(np.float64), bkeys[j].astype(np.float64))), 0.0)
+                for h in range(inh)
+            )
+            for j in range(nc)
+        ]
+    ) / math.sqrt(ihd)
     assert (np.abs(s - ref) <= EPS32 * np.abs(ref) + 1e-30).all()
     # the rule on golden's float32 scores: latest block plus the kblk-1 best others, ties to
     # the lower index
-    best = sorted(range(nc - 1), key=lambda j: (-float(s[j]), j))[:kblk - 1]
+    best = sorted(range(nc - 1), key=lambda j: (-float(s[j]), j))[: kblk - 1]
     assert np.flatnonzero(mask).tolist() == sorted(best + [nc - 1])
     want = [j * R + i for j in sorted(best + [nc - 1]) for i in range(R)]
     assert idx.tolist() == want + list(range(nc * R, t + 1))
@@ -270,19 +301,38 @@ def _layer(indexer):
     if indexer not in _LAYERS:
         cfg = qwenref.AttnConfig.tiny()
         if not indexer:
-            cfg = cfg.replace(indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0,
-                              indexer_budget=0)
+            cfg = cfg.replace(
+                indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0, indexer_budget=0
+            )
         rng = np.random.default_rng(11)
-        w = {n: (rng.standard_normal(s) * (0.1 if len(s) == 1 else s[1] ** -0.5)).astype(F32)
-             for n, s in weight_shapes(cfg).items()}
+        w = {
+            n: (rng.standard_normal(s) * (0.1 if len(s) == 1 else s[1] ** -0.5)).astype(F32)
+            for n, s in weight_shapes(cfg).items()
+        }
         huge = dict(w, **{"self_attn.v_proj.weight": w["self_attn.v_proj.weight"] * F32(1e37)})
-        _LAYERS[indexer] = (cfg, w, golden.FullAttentionLayer(cfg, w),
-                            golden.FullAttentionLayer(cfg, huge))
+        _LAYERS[indexer] = (
+            cfg,
+            w,
+            golden.FullAttentionLayer(cfg, w),
+            golden.FullAttentionLayer(cfg, huge),
+        )
     return _LAYERS[indexer]
 
 
-_STEP_FAULTS = ["ok", "ok", "ok", "nan", "inf", "base_pos", "bool_pos", "float64", "shape",
-                "overflow", "too_many", "trace"]
+_STEP_FAULTS = [
+    "ok",
+    "ok",
+    "ok",
+    "nan",
+    "inf",
+    "base_pos",
+    "bool_pos",
+    "float64",
+    "shape",
+    "overflow",
+    "too_many",
+    "trace",
+]
 
 
 @SETTINGS
@@ -338,23 +388,27 @@ def _ref_layer(cfg, w, xs):
 
     def rope(a):
         ang = np.arange(n)[:, None] * cfg.rope_theta ** (-np.arange(0, rd, 2) / rd)
-        z = (a[..., :rd // 2] + 1j * a[..., rd // 2:rd]) * np.exp(1j * ang)[:, None]
+        z = (a[..., : rd // 2] + 1j * a[..., rd // 2 : rd]) * np.exp(1j * ang)[:, None]
         a = a.copy()
-        a[..., :rd // 2], a[..., rd // 2:rd] = z.real, z.imag
+        a[..., : rd // 2], a[..., rd // 2 : rd] = z.real, z.imag
         return a
 
     h = rms(x, w["input_layernorm.weight"])
     qg = (h @ w["self_attn.q_proj.weight"].T).reshape(n, cfg.nh, 2 * hd)
     q = rope(rms(qg[..., :hd], w["self_attn.q_norm.weight"]))
-    k = rope(rms((h @ w["self_attn.k_proj.weight"].T).reshape(n, cfg.nkv, hd),
-                 w["self_attn.k_norm.weight"]))
+    k = rope(
+        rms(
+            (h @ w["self_attn.k_proj.weight"].T).reshape(n, cfg.nkv, hd),
+            w["self_attn.k_norm.weight"],
+        )
+    )
     v = (h @ w["self_attn.v_proj.weight"].T).reshape(n, cfg.nkv, hd)
     out = np.empty((n, cfg.nh, hd))
     for t in range(n):
         for hh in range(cfg.nh):
-            s = k[:t + 1, hh // cfg.n_rep] @ q[t, hh] / math.sqrt(hd)
+            s = k[: t + 1, hh // cfg.n_rep] @ q[t, hh] / math.sqrt(hd)
             p = np.exp(s - s.max())
-            out[t, hh] = (p / p.sum()) @ v[:t + 1, hh // cfg.n_rep]
+            out[t, hh] = (p / p.sum()) @ v[: t + 1, hh // cfg.n_rep]
     out = out / (1 + np.exp(-qg[..., hd:]))
     x1 = x + out.reshape(n, -1) @ w["self_attn.o_proj.weight"].T
     h2 = rms(x1, w["post_attention_layernorm.weight"])
@@ -371,7 +425,7 @@ def test_layer_steps_agree_with_float64(data):
     cache = golden.KVCache(cfg, sum(steps), "f32")
     ys, t = [], 0
     for nb in steps:
-        ys.append(layer.forward(xs[t:t + nb], t, cache))
+        ys.append(layer.forward(xs[t : t + nb], t, cache))
         t += nb
     ref = _ref_layer(cfg, w, xs)
     # norm-wise, as test_layer: ~10 float32 operations deep (x = 0 gives y = 0 exactly)

@@ -1,10 +1,17 @@
 """rope: partial rotate-half RoPE, q/gate split and the fused per-head q/k norm + RoPE."""
+
 import numpy as np
 import pytest
 
 import qwenref
-from qwenref.golden import (apply_rope, qk_norm_rope, rms_norm, rope_cos_sin, rope_inv_freq,
-                            split_q_gate)
+from qwenref.golden import (
+    apply_rope,
+    qk_norm_rope,
+    rms_norm,
+    rope_cos_sin,
+    rope_inv_freq,
+    split_q_gate,
+)
 
 EPS32 = np.finfo(np.float32).eps  # 2**-23
 
@@ -13,7 +20,7 @@ def ref_rope(x, positions, rd, theta):
     """float64 reference written as complex rotation: z_i = x_i + j·x_{i+rd/2} times e^{j·p·f_i}."""
     x = x.astype(np.float64)
     half = rd // 2
-    f = np.exp(-(2.0 * np.arange(half) / rd) * np.log(theta))            # theta^(-2i/rd)
+    f = np.exp(-(2.0 * np.arange(half) / rd) * np.log(theta))  # theta^(-2i/rd)
     ang = np.asarray(positions, np.float64).reshape((-1,) + (1,) * (x.ndim - 1)) * f
     z = (x[..., :half] + 1j * x[..., half:rd]) * np.exp(1j * ang)
     out = x.copy()
@@ -45,17 +52,19 @@ def test_inv_freq_and_cos_sin():
     np.testing.assert_allclose(sin, np.sin(pos[:, None] * ref), rtol=0, atol=1e-9)
 
 
-@pytest.mark.parametrize("hd,rd,theta", [(64, 16, 1e4), (64, 64, 1e7), (256, 64, 1e7), (40, 10, 500.0)])
+@pytest.mark.parametrize(
+    "hd,rd,theta", [(64, 16, 1e4), (64, 64, 1e7), (256, 64, 1e7), (40, 10, 500.0)]
+)
 def test_apply_rope_matches_float64(rng, hd, rd, theta):
     nb, nh = 5, 3
     x = rng.standard_normal((nb, nh, hd)).astype(np.float32)
-    x[:, :, 1] *= 30.0                                   # outlier in a rotated channel
-    pos = np.array([0, 1, 31, 4097, 262143], np.int64)   # includes a large position
+    x[:, :, 1] *= 30.0  # outlier in a rotated channel
+    pos = np.array([0, 1, 31, 4097, 262143], np.int64)  # includes a large position
     y = apply_rope(x, pos, rd, theta)
     ref = ref_rope(x, pos, rd, theta)
     assert_rope_close(y, ref, x)
-    assert np.array_equal(y[..., rd:], x[..., rd:])      # pass-through dims untouched, bit-exact
-    assert np.array_equal(y[0], x[0])                    # position 0 is the identity
+    assert np.array_equal(y[..., rd:], x[..., rd:])  # pass-through dims untouched, bit-exact
+    assert np.array_equal(y[0], x[0])  # position 0 is the identity
     # the rotation did something on every nonzero position
     assert np.abs(y[1:, :, :rd] - x[1:, :, :rd]).max() > 1e-2
 
@@ -81,8 +90,9 @@ def test_relative_position_property(rng, rd):
     q = rng.standard_normal((1, hd)).astype(np.float32)
     k = rng.standard_normal((1, hd)).astype(np.float32)
     # the output rounding is <= 2**-24 relative per element on both sides; the dot of float32
-    # values in float64 adds nothing, so |difference| <= 4 * 2**-24 * sum |q_i| |k_i| <= 2**-22 |q||k|
-    tol = 2.0 ** -22 * np.linalg.norm(q) * np.linalg.norm(k)
+    # values in float64 adds nothing, so
+    # |difference| <= 4 * 2**-24 * sum |q_i| |k_i| <= 2**-22 |q||k|
+    tol = 2.0**-22 * np.linalg.norm(q) * np.linalg.norm(k)
     for p, p2 in [(3, 0), (100, 37), (0, 900)]:
         base = dot64(apply_rope(q, [p], rd, theta), apply_rope(k, [p2], rd, theta))
         for s in (1, 4096, 1_000_003, 3_000_000):
@@ -102,7 +112,7 @@ def test_split_q_gate(rng):
     q, gate = split_q_gate(qg)
     assert q.shape == gate.shape == (3, 4, 24) and q.dtype == gate.dtype == np.float32
     assert np.array_equal(q, qg[..., :24]) and np.array_equal(gate, qg[..., 24:])
-    q[...] = 0                                           # copies, not views
+    q[...] = 0  # copies, not views
     assert np.abs(qg[..., :24]).max() > 0
 
 
@@ -110,8 +120,8 @@ def test_qk_norm_rope_matches_float64(rng, tiny_cfg):
     cfg = tiny_cfg
     nb, hd, rd = 3, cfg.head_dim, cfg.rotary_dim
     qg = rng.standard_normal((nb, cfg.nh, 2 * hd)).astype(np.float32)
-    qg[:, :, 2] *= 40.0                                  # outlier channel in q
-    qg[:, :, hd:] *= 1e3                                 # huge gate half: must not leak into q
+    qg[:, :, 2] *= 40.0  # outlier channel in q
+    qg[:, :, hd:] *= 1e3  # huge gate half: must not leak into q
     k = rng.standard_normal((nb, cfg.nkv, hd)).astype(np.float32) * 5
     qw = (0.3 * rng.standard_normal(hd)).astype(np.float32)
     kw = (0.3 * rng.standard_normal(hd)).astype(np.float32)
@@ -121,7 +131,7 @@ def test_qk_norm_rope_matches_float64(rng, tiny_cfg):
 
     def ref(x, w):
         x64 = x.astype(np.float64)
-        n = x64 / np.sqrt(np.mean(x64 ** 2, -1, keepdims=True) + cfg.rms_norm_eps) * (1 + w)
+        n = x64 / np.sqrt(np.mean(x64**2, -1, keepdims=True) + cfg.rms_norm_eps) * (1 + w)
         return ref_rope(n, pos, rd, cfg.rope_theta)
 
     # the float32 norm contributes (log2(hd) + 8) ulps relative per element (see test_norm),
@@ -131,8 +141,9 @@ def test_qk_norm_rope_matches_float64(rng, tiny_cfg):
         scale = np.abs(want).max(axis=-1, keepdims=True)
         assert np.all(np.abs(got - want) <= (np.log2(hd) + 10) * EPS32 * scale)
     # same as composing the golden pieces
-    assert np.array_equal(q_out, apply_rope(rms_norm(qg[..., :hd], qw, cfg.rms_norm_eps), pos, rd,
-                                            cfg.rope_theta))
+    assert np.array_equal(
+        q_out, apply_rope(rms_norm(qg[..., :hd], qw, cfg.rms_norm_eps), pos, rd, cfg.rope_theta)
+    )
 
 
 def test_rope_bad_inputs():
@@ -156,7 +167,11 @@ def test_rope_bad_inputs():
         apply_rope(x.astype(np.int32), pos, 8, 1e4)
     with pytest.raises(ValueError, match="qg"):
         split_q_gate(np.ones((2, 3, 15), np.float32))
-    qg, k, w = np.ones((2, 3, 32), np.float32), np.ones((2, 1, 16), np.float32), np.zeros(16, np.float32)
+    qg, k, w = (
+        np.ones((2, 3, 32), np.float32),
+        np.ones((2, 1, 16), np.float32),
+        np.zeros(16, np.float32),
+    )
     with pytest.raises(ValueError, match="qg"):
         qk_norm_rope(qg[..., :30], k, w, w, pos, 8, 1e4)
     with pytest.raises(ValueError, match="k"):

@@ -1,6 +1,7 @@
 """qwenref.timing on the CPU: the loops' bookkeeping (which calls run, in which order, what is
 divided by what), with a stand-in for CuPy whose events tick a clock; and a clear error where
 there is no GPU. The same functions on a GPU: tests/test_gpu_timing.py."""
+
 import types
 
 import pytest
@@ -43,9 +44,14 @@ class _Clock:
             def synchronize(self):
                 pass
 
-        self.cp = types.SimpleNamespace(cuda=types.SimpleNamespace(
-            Event=Event, Stream=Stream, get_elapsed_time=lambda a, b: b.t - a.t,
-            Device=lambda: types.SimpleNamespace(synchronize=lambda: None)))
+        self.cp = types.SimpleNamespace(
+            cuda=types.SimpleNamespace(
+                Event=Event,
+                Stream=Stream,
+                get_elapsed_time=lambda a, b: b.t - a.t,
+                Device=lambda: types.SimpleNamespace(synchronize=lambda: None),
+            )
+        )
 
 
 @pytest.fixture
@@ -57,10 +63,10 @@ def clock(monkeypatch):
 
 
 def test_rotations_cover_twice_the_l2():
-    assert timing.rotations(100 << 20, 50 << 20) == 1               # already 2 x L2
+    assert timing.rotations(100 << 20, 50 << 20) == 1  # already 2 x L2
     assert timing.rotations(10 << 20, 50 << 20) == 10
-    assert timing.rotations(3 << 20, 50 << 20) == 34                # rounded up
-    assert timing.rotations(1, 50 << 20) == 64                      # capped
+    assert timing.rotations(3 << 20, 50 << 20) == 34  # rounded up
+    assert timing.rotations(1, 50 << 20) == 64  # capped
     assert timing.rotations(10 << 20, 50 << 20, passes=3) == 15
 
 
@@ -68,9 +74,9 @@ def test_queued_us_spins_before_each_batch_and_rotates_inputs(clock):
     seen = []
     t = timing.queued_us(lambda i: seen.append(i), n_rot=3, batches=4, warmup=2, max_inner=8)
     # each batch: the spin, then the start event, the calls, the end event
-    body = clock.log[2:]                               # after the sizing call's two events
+    body = clock.log[2:]  # after the sizing call's two events
     assert body == ["spin", "event", "event"] * 4
-    assert seen == [0, 1, 2, 0, 1, 2, 0]               # warm-up 2 + sizing 1 + 4 batches of 1
+    assert seen == [0, 1, 2, 0, 1, 2, 0]  # warm-up 2 + sizing 1 + 4 batches of 1
     assert isinstance(t, timing.Timing) and t.us == pytest.approx(1000.0) and t.iqr_us == 0.0
 
 
@@ -86,8 +92,8 @@ def test_graph_us_runs_the_calls_plainly_when_capture_fails(clock):
     calls = []
     t = timing.graph_us([lambda: calls.append("a"), lambda: calls.append("b")], batches=2)
     assert t.mode == "loop (RuntimeError)"
-    assert calls == ["a", "b"] * 3                     # once before capture, then per batch
-    assert t.us == pytest.approx(1000.0 / 2)           # per call
+    assert calls == ["a", "b"] * 3  # once before capture, then per batch
+    assert t.us == pytest.approx(1000.0 / 2)  # per call
 
 
 def test_stage_us_spins_at_start_and_times_each_stage(clock):
@@ -99,12 +105,20 @@ def test_stage_us_spins_at_start_and_times_each_stage(clock):
                 clock.log.append(name)
                 on_stage(name)
             return "y"
+
     y, times = timing.stage_us(Layer(), "x", 7, "cache", spin_us=3)
     assert y == "y"
-    assert clock.log == ["spin", "event", "input_norm", "event", "qkv_proj", "event",
-                         "attention", "event"]
-    assert times == {"input_norm": 1000.0, "qkv_proj": 1000.0, "attention": 1000.0,
-                     "total": 3000.0}
+    assert clock.log == [
+        "spin",
+        "event",
+        "input_norm",
+        "event",
+        "qkv_proj",
+        "event",
+        "attention",
+        "event",
+    ]
+    assert times == {"input_norm": 1000.0, "qkv_proj": 1000.0, "attention": 1000.0, "total": 3000.0}
 
 
 def test_eager_us_times_each_call_alone(clock):
@@ -115,9 +129,14 @@ def test_eager_us_times_each_call_alone(clock):
 
 def test_without_a_gpu_timing_says_what_is_missing():
     from qwenref.gpu import available
+
     if available():
         pytest.skip("a GPU is present")
-    for call in (lambda: timing.spin_wait(1000), lambda: timing.queued_us(lambda i: None),
-                 lambda: timing.copy_gbps(), lambda: timing.floor_us(1 << 20)):
+    for call in (
+        lambda: timing.spin_wait(1000),
+        lambda: timing.queued_us(lambda i: None),
+        lambda: timing.copy_gbps(),
+        lambda: timing.floor_us(1 << 20),
+    ):
         with pytest.raises(RuntimeError, match="CuPy|CUDA"):
             call()

@@ -1,4 +1,5 @@
 """wht: orthonormal Sylvester-order Walsh–Hadamard transform over the last axis."""
+
 import numpy as np
 import pytest
 import scipy.linalg
@@ -11,7 +12,7 @@ EPS32 = np.finfo(np.float32).eps  # 2**-23
 @pytest.mark.parametrize("n", [1, 2, 4, 16, 32, 64, 128, 256, 1024])
 def test_wht_equals_scipy_hadamard(rng, n):
     x = rng.standard_normal((3, n)).astype(np.float32)
-    x[:, n // 2] *= 100.0                                  # outlier channel
+    x[:, n // 2] *= 100.0  # outlier channel
     y = wht(x)
     assert y.dtype == np.float32 and y.shape == x.shape
     ref = x.astype(np.float64) @ scipy.linalg.hadamard(n).T / np.sqrt(n)
@@ -46,17 +47,18 @@ def test_wht_orthonormal_and_self_inverse(rng, n):
     assert np.array_equal(wht(x, inverse=True), y)
     M = wht(np.eye(n, dtype=np.float32))
     # M M^T = I: each entry a float64 sum of n products of float32-rounded +-1/sqrt(n)
-    np.testing.assert_allclose(M.astype(np.float64) @ M.T.astype(np.float64), np.eye(n),
-                               rtol=0, atol=2 * EPS32)
+    np.testing.assert_allclose(
+        M.astype(np.float64) @ M.T.astype(np.float64), np.eye(n), rtol=0, atol=2 * EPS32
+    )
 
 
 def test_wht_leading_axes_and_dtypes(rng):
     x = rng.standard_normal((2, 3, 4, 64))
-    y = wht(x)                                             # float64 in, float32 out
+    y = wht(x)  # float64 in, float32 out
     assert y.dtype == np.float32 and y.shape == x.shape
     assert np.array_equal(y.reshape(-1, 64), wht(x.reshape(-1, 64)))
     ref = (x @ scipy.linalg.hadamard(64).T / 8.0).astype(np.float32)
-    assert np.array_equal(y, ref)                          # 1/sqrt(64) exact: rounds identically
+    assert np.array_equal(y, ref)  # 1/sqrt(64) exact: rounds identically
 
 
 def test_wht_bad_inputs():

@@ -31,6 +31,7 @@ The package, by job: counting (bytes), records (runs, the results file, the tabl
 inputs, context (what the cases share), cases_* (one module per stage), ladder (every rung of
 every kernel family), cli (the run list and the command line).
 """
+
 from __future__ import annotations
 
 from .cli import STAGES, main

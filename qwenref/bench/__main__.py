@@ -1,4 +1,5 @@
 """python -m qwenref.bench: see the package docstring."""
+
 import sys
 
 from .cli import main

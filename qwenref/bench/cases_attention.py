@@ -2,6 +2,7 @@
 against torch SDPA (bf16, GQA; its faster backend), queued and as CUDA-graph replays, beside the
 read floor of one launch at the same bytes; and the golden reference the attention cases share
 (the golden layer's per-row attention on a cache as stored)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,14 +13,20 @@ from .inputs import dense_cfg, fill_caches, host, randn
 from .records import make_run, rel_err
 from .tolerances import attention_tol
 
-__all__ = ["golden_attention_rows", "sdpa_peer", "case_attention", "attention_graph_run",
-           "floor_runs"]
+__all__ = [
+    "golden_attention_rows",
+    "sdpa_peer",
+    "case_attention",
+    "attention_graph_run",
+    "floor_runs",
+]
 
 
 def golden_attention_rows(gc, q, base_pos, gate=None, sel=None, sparse_v=0.0):
     """The golden layer's per-row attention on a golden cache as stored: q [nb, nh, hd]; sel[b]
     the row's token indices (None: dense). Returns [nb, nh, hd] float32."""
     from .. import golden
+
     nb = q.shape[0]
     T = base_pos + nb
     K, V = gc.keys(T), gc.values(T)
@@ -48,22 +55,32 @@ def sdpa_peer(ctx, nb, nh, nkv, hd, T, cache_key, graph_calls=0):
     if t is None:
         return None
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
     F = t.nn.functional
     nr = ctx.n_rot(2 * nkv * T * hd * 2)
     q = t.randn(1, nh, nb, hd, device="cuda", dtype=t.bfloat16)
-    kv = [(t.randn(1, nkv, T, hd, device="cuda", dtype=t.bfloat16),
-           t.randn(1, nkv, T, hd, device="cuda", dtype=t.bfloat16)) for _ in range(nr)]
+    kv = [
+        (
+            t.randn(1, nkv, T, hd, device="cuda", dtype=t.bfloat16),
+            t.randn(1, nkv, T, hd, device="cuda", dtype=t.bfloat16),
+        )
+        for _ in range(nr)
+    ]
 
     def fn(i):
         return F.scaled_dot_product_attention(q, kv[i % nr][0], kv[i % nr][1], enable_gqa=True)
+
     best = None
     for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
             with sdpa_kernel([be]):
                 fn(0)
                 t.cuda.synchronize()
-                us = timing.torch_graph_us(fn, graph_calls, ctx.batches) if graph_calls \
+                us = (
+                    timing.torch_graph_us(fn, graph_calls, ctx.batches)
+                    if graph_calls
                     else ctx.time(fn, nr)[0]
+                )
         except Exception as e:
             print(f"  (SDPA {name} backend unavailable: {type(e).__name__}: {str(e)[:100]})")
             continue
@@ -76,6 +93,7 @@ def sdpa_peer(ctx, nb, nh, nkv, hd, T, cache_key, graph_calls=0):
 def case_attention(ctx, T, nb, kind, peer=True):
     """Dense split-T decode on a cache of T tokens: rows at T-nb .. T-1 (the last row sees T)."""
     from .. import gpu
+
     cp = ctx.cp
     c = dense_cfg()
     per_cache = T * kv_bytes_per_token(kind, c.nkv, c.head_dim)
@@ -83,7 +101,7 @@ def case_attention(ctx, T, nb, kind, peer=True):
     caches = [gpu.KVCache(c, max_t=T, kind=kind) for _ in range(nr)]
     fill_caches(caches, T)
     base = T - nb
-    q = randn(cp, (nb, c.nh, c.head_dim), 2.0)                 # x2: peaked softmax
+    q = randn(cp, (nb, c.nh, c.head_dim), 2.0)  # x2: peaked softmax
     out = cp.full((nb, c.nh, c.head_dim), cp.nan, cp.float32)
     gpu.decode_attention(q, caches[0], base, out=out)
     ref = golden_attention_rows(caches[0].to_golden(), host(q), base)
@@ -97,12 +115,26 @@ def case_attention(ctx, T, nb, kind, peer=True):
             pk = {"peer": p[0], "peer_us": p[1]}
     shape = {"T": T, "nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind}
     tol = attention_tol(caches[0], nb)
-    ctx.add(make_run("attention", f"decode_attention {kind}", shape, med, nbytes, ctx.copy_gbps,
-                     err, tol, iqr_us=iqr, **pk), ref, host(out))
+    ctx.add(
+        make_run(
+            "attention",
+            f"decode_attention {kind}",
+            shape,
+            med,
+            nbytes,
+            ctx.copy_gbps,
+            err,
+            tol,
+            iqr_us=iqr,
+            **pk,
+        ),
+        ref,
+        host(out),
+    )
     if kind == "q8":
         attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol)
         if nb == 1:
-            del caches                          # the floor's buffers take their place
+            del caches  # the floor's buffers take their place
             floor_runs(ctx, T, nb, nbytes)
 
 
@@ -113,19 +145,33 @@ def attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol, calls_per
     queue's. The output after the replays is checked against golden (every cache holds the
     same tokens)."""
     from .. import gpu
+
     cp = ctx.cp
-    m, l, o = gpu.attn_partials(q, caches[0], base)               # buffers at the auto split count
+    m, l, o = gpu.attn_partials(q, caches[0], base)  # buffers at the auto split count
     out = cp.full(q.shape, cp.nan, cp.float32)
     n = max(calls_per_graph, len(caches))
-    calls = [lambda c=caches[i % len(caches)]: gpu.decode_attention(q, c, base, out=out,
-                                                                    partials=(m, l, o))
-             for i in range(n)]
+    calls = [
+        lambda c=caches[i % len(caches)]: gpu.decode_attention(
+            q, c, base, out=out, partials=(m, l, o)
+        )
+        for i in range(n)
+    ]
     g = timing.graph_us(calls, ctx.batches)
     if g.mode != "graph":
         print(f"  (decode graph capture failed: {g.mode}; no graph run recorded)")
         return
-    ctx.add(make_run("attention", f"decode_attention q8 (graph replay, {n} per graph)", shape,
-                     g.us, nbytes, ctx.copy_gbps, rel_err(host(out), ref), tol))
+    ctx.add(
+        make_run(
+            "attention",
+            f"decode_attention q8 (graph replay, {n} per graph)",
+            shape,
+            g.us,
+            nbytes,
+            ctx.copy_gbps,
+            rel_err(host(out), ref),
+            tol,
+        )
+    )
 
 
 def floor_runs(ctx, T, nb, nbytes, calls_per_graph=8):
@@ -136,9 +182,20 @@ def floor_runs(ctx, T, nb, nbytes, calls_per_graph=8):
     fl = timing.floor_us(nbytes, nr, ctx.batches, graph_calls=calls_per_graph)
     shape = {"T": T, "nb": nb, "bytes": nbytes}
     name = "stream_read floor (one launch reading the decode's bytes)"
-    ctx.add(make_run("attention", name, shape, fl.us, nbytes, ctx.copy_gbps, 0.0, 0.0,
-                     iqr_us=fl.iqr_us))
+    ctx.add(
+        make_run("attention", name, shape, fl.us, nbytes, ctx.copy_gbps, 0.0, 0.0, iqr_us=fl.iqr_us)
+    )
     if fl.graph_us is not None:
         n = max(calls_per_graph, nr)
-        ctx.add(make_run("attention", f"{name} (graph replay, {n} per graph)", shape,
-                         fl.graph_us, nbytes, ctx.copy_gbps, 0.0, 0.0))
+        ctx.add(
+            make_run(
+                "attention",
+                f"{name} (graph replay, {n} per graph)",
+                shape,
+                fl.graph_us,
+                nbytes,
+                ctx.copy_gbps,
+                0.0,
+                0.0,
+            )
+        )

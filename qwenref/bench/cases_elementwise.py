@@ -1,6 +1,7 @@
 """Bench cases of the elementwise stages: rms_norm / add_rms_norm (against torch's rms_norm),
 qk_norm_rope and the WHT. Each case validates against golden on the same inputs, then times
 the kernel queued over rotated inputs, and adds one run per kernel to the context."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,6 +16,7 @@ __all__ = ["case_norm", "case_rope", "case_wht"]
 
 def case_norm(ctx, rows, n, add):
     from .. import golden, gpu
+
     cp = ctx.cp
     x = randn(cp, (rows, n))
     w = randn(cp, (n,), 0.1, outliers=False)
@@ -39,18 +41,23 @@ def case_norm(ctx, rows, n, add):
         if ctx.torch is not None:
             t = ctx.torch
             txs = [t.from_dlpack(a) for a in xs]
-            tw = t.from_dlpack(w) + 1.0                       # zero-centred: x · (1 + w)
-            peer = ctx.peer("torch rms_norm f32",
-                            lambda i: t.nn.functional.rms_norm(txs[i], (n,), tw, 1e-6), nr)
+            tw = t.from_dlpack(w) + 1.0  # zero-centred: x · (1 + w)
+            peer = ctx.peer(
+                "torch rms_norm f32", lambda i: t.nn.functional.rms_norm(txs[i], (n,), tw, 1e-6), nr
+            )
     med, iqr = ctx.time(fn, nr)
     shape = {"rows": rows, "n": n}
     pk = {} if peer is None else {"peer": peer[0], "peer_us": peer[1]}
-    ctx.add(make_run("norm", kname, shape, med, ws, ctx.copy_gbps, err, TOL_F32, iqr_us=iqr,
-                     **pk), ref_y, host(y))
+    ctx.add(
+        make_run("norm", kname, shape, med, ws, ctx.copy_gbps, err, TOL_F32, iqr_us=iqr, **pk),
+        ref_y,
+        host(y),
+    )
 
 
 def case_rope(ctx, nb):
     from .. import golden, gpu
+
     cp = ctx.cp
     c = qwen_cfg()
     hd = c.head_dim
@@ -65,19 +72,28 @@ def case_rope(ctx, nb):
     qo = cp.full((nb, c.nh, hd), cp.nan, cp.float32)
     ko = cp.full((nb, c.nkv, hd), cp.nan, cp.float32)
     gpu.qk_norm_rope(qg, k, qw, kw, pos, c.rotary_dim, c.rope_theta, 1e-6, q_out=qo, k_out=ko)
-    rq, rk = golden.qk_norm_rope(host(qg), host(k), host(qw), host(kw), pos_h, c.rotary_dim,
-                                 c.rope_theta, 1e-6)
+    rq, rk = golden.qk_norm_rope(
+        host(qg), host(k), host(qw), host(kw), pos_h, c.rotary_dim, c.rope_theta, 1e-6
+    )
     err = max(rel_err(host(qo), rq), rel_err(host(ko), rk))
-    med, iqr = ctx.time(lambda i: gpu.qk_norm_rope(qgs[i], k, qw, kw, pos, c.rotary_dim,
-                                                   c.rope_theta, 1e-6, q_out=qo, k_out=ko), nr)
+    med, iqr = ctx.time(
+        lambda i: gpu.qk_norm_rope(
+            qgs[i], k, qw, kw, pos, c.rotary_dim, c.rope_theta, 1e-6, q_out=qo, k_out=ko
+        ),
+        nr,
+    )
     shape = {"nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": hd, "rotary_dim": c.rotary_dim}
-    ctx.add(make_run("rope", "qk_norm_rope", shape, med, ws, ctx.copy_gbps, err, TOL_ROPE,
-                     iqr_us=iqr), rq, host(qo))
+    ctx.add(
+        make_run("rope", "qk_norm_rope", shape, med, ws, ctx.copy_gbps, err, TOL_ROPE, iqr_us=iqr),
+        rq,
+        host(qo),
+    )
 
 
 def case_wht(ctx, rows, n):
     from .. import golden
-    from ..gpu.wht import wht as gpu_wht     # from its module: `wht` also names the submodule
+    from ..gpu.wht import wht as gpu_wht  # from its module: `wht` also names the submodule
+
     cp = ctx.cp
     x = randn(cp, (rows, n))
     ws = bytes_wht(rows, n)
@@ -88,5 +104,10 @@ def case_wht(ctx, rows, n):
     ref = golden.wht(host(x))
     err = rel_err(host(y), ref)
     med, iqr = ctx.time(lambda i: gpu_wht(xs[i], out=y), nr)
-    ctx.add(make_run("wht", "wht", {"rows": rows, "n": n}, med, ws, ctx.copy_gbps, err, TOL_F32,
-                     iqr_us=iqr), ref, host(y))
+    ctx.add(
+        make_run(
+            "wht", "wht", {"rows": rows, "n": n}, med, ws, ctx.copy_gbps, err, TOL_F32, iqr_us=iqr
+        ),
+        ref,
+        host(y),
+    )

@@ -1,6 +1,7 @@
 """Bench cases of the indexer and QSA: block keys, block scores, the selection, selective
 attention on the GPU's own selection, and the whole selective path against dense SDPA over all
 tokens, queued and as CUDA-graph replays (27B indexer: R 64, budget 2048, 8 heads x 128)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,6 +21,7 @@ def case_qsa(ctx, T, nb, kind="q8"):
     block scores, select_rows (scores + selection), selective attention, and the three
     together against dense SDPA."""
     from .. import golden, gpu
+
     cp = ctx.cp
     c = qwen_cfg()
     R, kblk, inh, ihd = c.indexer_compress_ratio, c.kblk, c.indexer_n_heads, c.indexer_head_dim
@@ -27,12 +29,22 @@ def case_qsa(ctx, T, nb, kind="q8"):
     knw = randn(cp, (ihd,), 0.1, False)
     fill_caches([cache], T, knw)
     base = T - nb
-    iq = randn(cp, (nb, inh, ihd), outliers=False)              # indexer queries (normed)
+    iq = randn(cp, (nb, inh, ihd), outliers=False)  # indexer queries (normed)
     q = randn(cp, (nb, c.nh, c.head_dim), 2.0)
     gc = cache.to_golden()
     n_blocks = T // R
-    shape = {"T": T, "nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind,
-             "R": R, "budget": c.indexer_budget, "inh": inh, "ihd": ihd}
+    shape = {
+        "T": T,
+        "nb": nb,
+        "nh": c.nh,
+        "nkv": c.nkv,
+        "head_dim": c.head_dim,
+        "kind": kind,
+        "R": R,
+        "budget": c.indexer_budget,
+        "inh": inh,
+        "ihd": ihd,
+    }
 
     # block keys from the raw keys (prefill-time; idempotent, so it can be re-run and timed);
     # the stages below score the GPU's block keys on both sides, so they compare like for like
@@ -41,20 +53,45 @@ def case_qsa(ctx, T, nb, kind="q8"):
     err = rel_err(gpu_bk, gc.blk_keys[:n_blocks])
     med, iqr = ctx.time(lambda i: gpu.update_block_keys(cache, knw, c, 0, T), max_inner=4)
     bk_bytes = 4 * (T * ihd + n_blocks * ihd)
-    ctx.add(make_run("indexer", "update_block_keys (all blocks)", shape, med, bk_bytes,
-                     ctx.copy_gbps, err, TOL_ROPE, iqr_us=iqr), gc.blk_keys[:n_blocks], gpu_bk)
+    ctx.add(
+        make_run(
+            "indexer",
+            "update_block_keys (all blocks)",
+            shape,
+            med,
+            bk_bytes,
+            ctx.copy_gbps,
+            err,
+            TOL_ROPE,
+            iqr_us=iqr,
+        ),
+        gc.blk_keys[:n_blocks],
+        gpu_bk,
+    )
 
     # scoring (row b scores its (base+b+1)//R complete blocks; the rest of the row is -inf)
     max_blocks = cache.blk_keys.shape[0]
     sc = gpu.block_scores(iq, cache, base)
     iq_h, sc_h = host(iq), host(sc)
     ncs = [(base + b + 1) // R for b in range(nb)]
-    ref_sc = np.concatenate([golden.block_scores(iq_h[b], gpu_bk[:ncs[b]]) for b in range(nb)])
-    got_sc = np.concatenate([sc_h[b, :ncs[b]] for b in range(nb)])
+    ref_sc = np.concatenate([golden.block_scores(iq_h[b], gpu_bk[: ncs[b]]) for b in range(nb)])
+    got_sc = np.concatenate([sc_h[b, : ncs[b]] for b in range(nb)])
     med, iqr = ctx.time(lambda i: gpu.block_scores(iq, cache, base, out=sc))
-    ctx.add(make_run("indexer", "block_scores", shape, med,
-                     bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks), ctx.copy_gbps,
-                     rel_err(got_sc, ref_sc), TOL_F32, iqr_us=iqr), ref_sc, got_sc)
+    ctx.add(
+        make_run(
+            "indexer",
+            "block_scores",
+            shape,
+            med,
+            bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks),
+            ctx.copy_gbps,
+            rel_err(got_sc, ref_sc),
+            TOL_F32,
+            iqr_us=iqr,
+        ),
+        ref_sc,
+        got_sc,
+    )
 
     # selection (scores + top-k + token list)
     sel_idx, sel_n, _ = gpu.select_rows(iq, cache, base, c)
@@ -63,37 +100,73 @@ def case_qsa(ctx, T, nb, kind="q8"):
     for b in range(nb):
         t = base + b
         ridx, _ = golden.row_selection(t, iq_h[b], gpu_bk, R, kblk)
-        mine = si[b, :sn[b]] if sn[b] > 0 else np.arange(t + 1)
+        mine = si[b, : sn[b]] if sn[b] > 0 else np.arange(t + 1)
         sel.append(mine if sn[b] > 0 else None)
         diff.append(len(np.setxor1d(mine, ridx)) / (2 * len(ridx)))
     med_sel, iqr = ctx.time(lambda i: gpu.select_rows(iq, cache, base, c))
-    ctx.add(make_run("indexer", "select_rows (err: tokens differing)", shape, med_sel,
-                     bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk), ctx.copy_gbps,
-                     float(np.mean(diff)), TOL_SELECT, iqr_us=iqr))
+    ctx.add(
+        make_run(
+            "indexer",
+            "select_rows (err: tokens differing)",
+            shape,
+            med_sel,
+            bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk),
+            ctx.copy_gbps,
+            float(np.mean(diff)),
+            TOL_SELECT,
+            iqr_us=iqr,
+        )
+    )
 
     # selective attention on the GPU's own selection
     out = cp.full((nb, c.nh, c.head_dim), cp.nan, cp.float32)
     gpu.decode_attention(q, cache, base, sel_idx=sel_idx, sel_n=sel_n, out=out)
     ref = golden_attention_rows(gc, host(q), base, sel=sel)
     err = rel_err(host(out), ref)
-    med_att, iqr = ctx.time(lambda i: gpu.decode_attention(q, cache, base, sel_idx=sel_idx,
-                                                           sel_n=sel_n, out=out))
-    att_bytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, kind, base, R, kblk,
-                                selective=True)
+    med_att, iqr = ctx.time(
+        lambda i: gpu.decode_attention(q, cache, base, sel_idx=sel_idx, sel_n=sel_n, out=out)
+    )
+    att_bytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, kind, base, R, kblk, selective=True)
     tol = attention_tol(cache, nb, sel_n)
-    ctx.add(make_run("indexer", f"decode_attention selective {kind}", shape, med_att, att_bytes,
-                     ctx.copy_gbps, err, tol, iqr_us=iqr), ref, host(out))
+    ctx.add(
+        make_run(
+            "indexer",
+            f"decode_attention selective {kind}",
+            shape,
+            med_att,
+            att_bytes,
+            ctx.copy_gbps,
+            err,
+            tol,
+            iqr_us=iqr,
+        ),
+        ref,
+        host(out),
+    )
 
     # the whole selective path vs dense SDPA over all T tokens
     def qsa(i):
         s_idx, s_n, _ = gpu.select_rows(iq, cache, base, c)
         gpu.decode_attention(q, cache, base, sel_idx=s_idx, sel_n=s_n, out=out)
+
     med, iqr = ctx.time(qsa)
     p = sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, T, ("dense", T, nb))
     pk = {"peer": p[0] + " dense", "peer_us": p[1]} if p else {}
     qsa_bytes = bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk) + att_bytes
-    ctx.add(make_run("indexer", f"QSA select+attention {kind}", shape, med, qsa_bytes,
-                     ctx.copy_gbps, err, tol, iqr_us=iqr, **pk))
+    ctx.add(
+        make_run(
+            "indexer",
+            f"QSA select+attention {kind}",
+            shape,
+            med,
+            qsa_bytes,
+            ctx.copy_gbps,
+            err,
+            tol,
+            iqr_us=iqr,
+            **pk,
+        )
+    )
     qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, qsa_bytes, tol)
 
 
@@ -102,6 +175,7 @@ def qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, nbytes, tol, calls_per
     launches: block scores, selection, partials, combine), against dense SDPA also replayed
     from a graph (torch.cuda.CUDAGraph, its faster backend): both sides timed the same way."""
     from .. import gpu
+
     cp = ctx.cp
     s_idx, s_n, mask = gpu.select_rows(iq, cache, base, c)
     scores = cp.empty(mask.shape, cp.float32)
@@ -109,18 +183,37 @@ def qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, nbytes, tol, calls_per
     out = cp.full(q.shape, cp.nan, cp.float32)
 
     def qsa():
-        gpu.select_rows(iq, cache, base, c, sel_idx_out=s_idx, sel_n_out=s_n, mask_out=mask,
-                        scores_out=scores)
-        gpu.decode_attention(q, cache, base, sel_idx=s_idx, sel_n=s_n, out=out,
-                             partials=(m, l, o))
+        gpu.select_rows(
+            iq, cache, base, c, sel_idx_out=s_idx, sel_n_out=s_n, mask_out=mask, scores_out=scores
+        )
+        gpu.decode_attention(q, cache, base, sel_idx=s_idx, sel_n=s_n, out=out, partials=(m, l, o))
+
     g = timing.graph_us([qsa] * calls_per_graph, ctx.batches)
     if g.mode != "graph":
         print(f"  (QSA graph capture failed: {g.mode}; no graph run recorded)")
         return
     nb = q.shape[0]
-    pg = sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, shape["T"], ("dense", shape["T"], nb),
-                   graph_calls=calls_per_graph)
+    pg = sdpa_peer(
+        ctx,
+        nb,
+        c.nh,
+        c.nkv,
+        c.head_dim,
+        shape["T"],
+        ("dense", shape["T"], nb),
+        graph_calls=calls_per_graph,
+    )
     pk = {"peer": pg[0] + " dense", "peer_us": pg[1]} if pg else {}
-    ctx.add(make_run("indexer", f"QSA select+attention {shape['kind']} (graph replay, "
-                     f"{calls_per_graph} per graph)", shape, g.us, nbytes, ctx.copy_gbps,
-                     rel_err(host(out), ref), tol, **pk))
+    ctx.add(
+        make_run(
+            "indexer",
+            f"QSA select+attention {shape['kind']} (graph replay, {calls_per_graph} per graph)",
+            shape,
+            g.us,
+            nbytes,
+            ctx.copy_gbps,
+            rel_err(host(out), ref),
+            tol,
+            **pk,
+        )
+    )

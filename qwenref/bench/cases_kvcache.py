@@ -1,5 +1,6 @@
 """Bench cases of the KV cache: the q8 and turbo quantizers over rows, and KVCache.append of a
 batch of tokens at successive positions (stored bytes compared with golden's)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,6 +16,7 @@ __all__ = ["case_quantize", "case_append"]
 def case_quantize(ctx, rows, n, bits):
     """q8_quantize (bits 8 = Q8_0) or turbo_quantize(bits) over rows of n."""
     from .. import golden, gpu
+
     cp = ctx.cp
     x = randn(cp, (rows, n))
     if bits == "q8":
@@ -37,13 +39,28 @@ def case_quantize(ctx, rows, n, bits):
     nr = ctx.n_rot(ws)
     xs = [x] + [x.copy() for _ in range(nr - 1)]
     med, iqr = ctx.time(lambda i: fn_(xs[i]), nr)
-    ctx.add(make_run("kvcache", kname, {"rows": rows, "n": n}, med, ws, ctx.copy_gbps,
-                     rel_err(got, ref), TOL_CODES, iqr_us=iqr, code_match=match), ref, got)
+    ctx.add(
+        make_run(
+            "kvcache",
+            kname,
+            {"rows": rows, "n": n},
+            med,
+            ws,
+            ctx.copy_gbps,
+            rel_err(got, ref),
+            TOL_CODES,
+            iqr_us=iqr,
+            code_match=match,
+        ),
+        ref,
+        got,
+    )
 
 
 def case_append(ctx, nb, kind):
     """KVCache.append of nb tokens (27B kv shape), repeated at successive positions."""
     from .. import golden, gpu
+
     cp = ctx.cp
     c = dense_cfg()
     max_inner = 2 if nb >= 1024 else 64
@@ -53,16 +70,36 @@ def case_append(ctx, nb, kind):
     nr = ctx.n_rot(2 * nb * c.nkv * c.head_dim * 4)
     ks = [randn(cp, (nb, c.nkv, c.head_dim)) for _ in range(nr)]
     vs = [randn(cp, (nb, c.nkv, c.head_dim)) for _ in range(nr)]
-    cache.append(ks[0], vs[0])                                   # validated below
+    cache.append(ks[0], vs[0])  # validated below
     gc = golden.KVCache(c, max_t=nb, kind=kind)
     gc.append(host(ks[0]), host(vs[0]))
     mine = cache.to_golden()
     got = np.concatenate([mine.keys(nb).ravel(), mine.values(nb).ravel()])
     ref = np.concatenate([gc.keys(nb).ravel(), gc.values(nb).ravel()])
-    match = float(np.mean([(ms[n][:, :nb] == gs[n]).mean()
-                           for ms, gs in ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store))
-                           for n in gs]))
+    match = float(
+        np.mean(
+            [
+                (ms[n][:, :nb] == gs[n]).mean()
+                for ms, gs in ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store))
+                for n in gs
+            ]
+        )
+    )
     med, iqr = ctx.time(lambda i: cache.append(ks[i], vs[i]), nr, max_inner=max_inner)
     shape = {"nb": nb, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind}
-    ctx.add(make_run("kvcache", f"KVCache.append {kind}", shape, med, ws, ctx.copy_gbps,
-                     rel_err(got, ref), TOL_CODES, iqr_us=iqr, code_match=match), ref, got)
+    ctx.add(
+        make_run(
+            "kvcache",
+            f"KVCache.append {kind}",
+            shape,
+            med,
+            ws,
+            ctx.copy_gbps,
+            rel_err(got, ref),
+            TOL_CODES,
+            iqr_us=iqr,
+            code_match=match,
+        ),
+        ref,
+        got,
+    )

@@ -1,13 +1,14 @@
 """Bench case of the whole layer: one decode step of the 27B layer on random weights at T cached
 tokens, validated against the golden layer (output, stored codes, the indexer's selection),
 then timed per stage (timing.stage_us), eager end to end, and as CUDA-graph replays."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from .. import timing
 from .counting import layer_stage_bytes
-from .inputs import fill_caches, host, qwen_cfg, random_weights, randn
+from .inputs import fill_caches, host, qwen_cfg, randn, random_weights
 from .records import make_run, rel_err
 from .tolerances import TOL_LAYER
 
@@ -19,6 +20,7 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
     then per stage (events), eager end to end, and as CUDA-graph replays."""
     from .. import golden, gpu
     from ..gpu.layer import STAGES as LSTAGES
+
     cp = ctx.cp
     c = qwen_cfg()
     w = random_weights(c)
@@ -33,9 +35,17 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
     fill_caches([cache], T, knw)
     wb = layer.weight_bytes()
     for nb in nbs:
-        base_shape = {"T": T, "nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": c.head_dim,
-                      "kind": kind, "weights": weight_format, "R": c.indexer_compress_ratio,
-                      "budget": c.indexer_budget}
+        base_shape = {
+            "T": T,
+            "nb": nb,
+            "nh": c.nh,
+            "nkv": c.nkv,
+            "head_dim": c.head_dim,
+            "kind": kind,
+            "weights": weight_format,
+            "R": c.indexer_compress_ratio,
+            "budget": c.indexer_budget,
+        }
         x = randn(cp, (nb, c.hidden_size), outliers=False)
         # validate one eager step against the golden layer on the same cache contents
         base = len(cache)
@@ -45,9 +55,15 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
         ref = glayer.forward(host(x), base, gc, trace=trace)
         err = rel_err(host(y), ref)
         mine = cache.to_golden()
-        codes = float(np.mean(
-            [(ms[n][:, base:base + nb] == gs[n][:, base:base + nb]).mean()
-             for ms, gs in ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store)) for n in gs]))
+        codes = float(
+            np.mean(
+                [
+                    (ms[n][:, base : base + nb] == gs[n][:, base : base + nb]).mean()
+                    for ms, gs in ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store))
+                    for n in gs
+                ]
+            )
+        )
         sel_match = selection_match(utrace, trace, base)
         # per stage, GPU time (spin first): median over reps steps at successive positions
         per = {}
@@ -59,22 +75,57 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
         for st in list(LSTAGES) + ["total"]:
             if st not in per:
                 continue
-            ctx.add(make_run("layer", f"step: {st}", base_shape, float(np.median(per[st])),
-                             sb.get(st, 0), ctx.copy_gbps, err, TOL_LAYER,
-                             iqr_us=float(np.subtract(*np.percentile(per[st], [75, 25])))))
+            ctx.add(
+                make_run(
+                    "layer",
+                    f"step: {st}",
+                    base_shape,
+                    float(np.median(per[st])),
+                    sb.get(st, 0),
+                    ctx.copy_gbps,
+                    err,
+                    TOL_LAYER,
+                    iqr_us=float(np.subtract(*np.percentile(per[st], [75, 25]))),
+                )
+            )
         # eager: host-launched, no spin (what a Python decode loop gets)
         eager = timing.eager_us(lambda: layer.forward(x, len(cache), cache), reps)
-        ctx.add(make_run("layer", "step eager (host launches)", base_shape, eager.us,
-                         sb["total"], ctx.copy_gbps, err, TOL_LAYER, weight_bytes=wb,
-                         code_match=codes, selection_match=sel_match), ref, host(y))
+        ctx.add(
+            make_run(
+                "layer",
+                "step eager (host launches)",
+                base_shape,
+                eager.us,
+                sb["total"],
+                ctx.copy_gbps,
+                err,
+                TOL_LAYER,
+                weight_bytes=wb,
+                code_match=codes,
+                selection_match=sel_match,
+            ),
+            ref,
+            host(y),
+        )
         # graph: capture at the current length, check one replay against golden, time replays
         base = len(cache)
         gc = cache.to_golden()
         g = layer.capture(x, base, cache)
         gerr = rel_err(host(g.out), glayer.forward(host(x), base, gc))
         med = timing.graph_us(g, batches=max(10, reps), per_batch=10, warmup=5).us
-        ctx.add(make_run("layer", "step graph replay", base_shape, med, sb["total"],
-                         ctx.copy_gbps, gerr, TOL_LAYER, weight_bytes=wb))
+        ctx.add(
+            make_run(
+                "layer",
+                "step graph replay",
+                base_shape,
+                med,
+                sb["total"],
+                ctx.copy_gbps,
+                gerr,
+                TOL_LAYER,
+                weight_bytes=wb,
+            )
+        )
         del g
 
 
@@ -88,6 +139,6 @@ def selection_match(gpu_trace, trace, base):
     si, sn = host(sel[0]), host(sel[1])
     same = []
     for b, (idx, _) in enumerate(gold):
-        mine = si[b, :sn[b]] if sn[b] > 0 else np.arange(base + b + 1)
+        mine = si[b, : sn[b]] if sn[b] > 0 else np.arange(base + b + 1)
         same.append(mine.shape == idx.shape and bool((mine == idx).all()))
     return float(np.mean(same))

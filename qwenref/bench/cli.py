@@ -1,5 +1,6 @@
 """The bench's driver: the run list (every stage case at its shapes, then the ladder), running
 it with one error row per failing case, and the command line of `python -m qwenref.bench`."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,50 +27,110 @@ def case_list(quick):
     """(stage, kernel, shape, callable) in run order; quick = fewer and smaller."""
     K = 1024
     qk = quick
-    cases = [
-        ("norm", "rms_norm", {"rows": 8192, "n": 5120},
-         lambda c: case_norm(c, 8192, 5120, False)),
-        ("norm", "add_rms_norm", {"rows": 8192, "n": 5120},
-         lambda c: case_norm(c, 8192, 5120, True)),
-        ("norm", "rms_norm", {"rows": 1, "n": 5120}, lambda c: case_norm(c, 1, 5120, False)),
-        ("rope", "qk_norm_rope", {"nb": 4096}, lambda c: case_rope(c, 4096)),
-        ("rope", "qk_norm_rope", {"nb": 1}, lambda c: case_rope(c, 1)),
-        ("wht", "wht", {"rows": 262144, "n": 256}, lambda c: case_wht(c, 262144, 256)),
-        ("wht", "wht", {"rows": 524288, "n": 128}, lambda c: case_wht(c, 524288, 128)),
-        ("kvcache", "q8_quantize", {"rows": 262144, "n": 256},
-         lambda c: case_quantize(c, 262144, 256, "q8")),
-        ("kvcache", "turbo_quantize bits=4", {"rows": 262144, "n": 256},
-         lambda c: case_quantize(c, 262144, 256, 4)),
-        ("kvcache", "KVCache.append q8", {"nb": 4096}, lambda c: case_append(c, 4096, "q8")),
-    ] + ([] if qk else [
-        # a 16k-token prefill chunk: 170 MB, a size where launch and tail are a small share
-        ("kvcache", "KVCache.append q8", {"nb": 16384}, lambda c: case_append(c, 16384, "q8")),
-    ]) + [
-        ("kvcache", "KVCache.append turbo4", {"nb": 4096},
-         lambda c: case_append(c, 4096, "turbo4")),
-        ("kvcache", "KVCache.append q8", {"nb": 1}, lambda c: case_append(c, 1, "q8")),
-    ]
-    for T, nb in ([(4 * K, 1), (32 * K, 1)] if qk else
-                  [(4 * K, 1), (32 * K, 1), (128 * K, 1), (128 * K, 4)]):
-        cases.append(("attention", "decode_attention q8", {"T": T, "nb": nb},
-                      lambda c, T=T, nb=nb: case_attention(c, T, nb, "q8")))
+    cases = (
+        [
+            (
+                "norm",
+                "rms_norm",
+                {"rows": 8192, "n": 5120},
+                lambda c: case_norm(c, 8192, 5120, False),
+            ),
+            (
+                "norm",
+                "add_rms_norm",
+                {"rows": 8192, "n": 5120},
+                lambda c: case_norm(c, 8192, 5120, True),
+            ),
+            ("norm", "rms_norm", {"rows": 1, "n": 5120}, lambda c: case_norm(c, 1, 5120, False)),
+            ("rope", "qk_norm_rope", {"nb": 4096}, lambda c: case_rope(c, 4096)),
+            ("rope", "qk_norm_rope", {"nb": 1}, lambda c: case_rope(c, 1)),
+            ("wht", "wht", {"rows": 262144, "n": 256}, lambda c: case_wht(c, 262144, 256)),
+            ("wht", "wht", {"rows": 524288, "n": 128}, lambda c: case_wht(c, 524288, 128)),
+            (
+                "kvcache",
+                "q8_quantize",
+                {"rows": 262144, "n": 256},
+                lambda c: case_quantize(c, 262144, 256, "q8"),
+            ),
+            (
+                "kvcache",
+                "turbo_quantize bits=4",
+                {"rows": 262144, "n": 256},
+                lambda c: case_quantize(c, 262144, 256, 4),
+            ),
+            ("kvcache", "KVCache.append q8", {"nb": 4096}, lambda c: case_append(c, 4096, "q8")),
+        ]
+        + (
+            []
+            if qk
+            else [
+                # a 16k-token prefill chunk: 170 MB, a size where launch and tail are a small share
+                (
+                    "kvcache",
+                    "KVCache.append q8",
+                    {"nb": 16384},
+                    lambda c: case_append(c, 16384, "q8"),
+                ),
+            ]
+        )
+        + [
+            (
+                "kvcache",
+                "KVCache.append turbo4",
+                {"nb": 4096},
+                lambda c: case_append(c, 4096, "turbo4"),
+            ),
+            ("kvcache", "KVCache.append q8", {"nb": 1}, lambda c: case_append(c, 1, "q8")),
+        ]
+    )
+    for T, nb in (
+        [(4 * K, 1), (32 * K, 1)] if qk else [(4 * K, 1), (32 * K, 1), (128 * K, 1), (128 * K, 4)]
+    ):
+        cases.append(
+            (
+                "attention",
+                "decode_attention q8",
+                {"T": T, "nb": nb},
+                lambda c, T=T, nb=nb: case_attention(c, T, nb, "q8"),
+            )
+        )
     from ..golden.kvcache import CACHE_KINDS
+
     for kind in CACHE_KINDS:
         if kind == "q8" or (qk and kind not in ("f32", "turbo4", "bf16k-turbo4v")):
             continue
-        cases.append(("attention", f"decode_attention {kind}", {"T": 32 * K, "nb": 1},
-                      lambda c, kind=kind: case_attention(c, 32 * K, 1, kind)))
-    for nb in ([1] if qk else [1, 4]):
+        cases.append(
+            (
+                "attention",
+                f"decode_attention {kind}",
+                {"T": 32 * K, "nb": 1},
+                lambda c, kind=kind: case_attention(c, 32 * K, 1, kind),
+            )
+        )
+    for nb in [1] if qk else [1, 4]:
         T = 32 * K if qk else 128 * K
-        cases.append(("indexer", "QSA selective", {"T": T, "nb": nb},
-                      lambda c, T=T, nb=nb: case_qsa(c, T, nb)))
+        cases.append(
+            (
+                "indexer",
+                "QSA selective",
+                {"T": T, "nb": nb},
+                lambda c, T=T, nb=nb: case_qsa(c, T, nb),
+            )
+        )
     for name, n_out, n_in in PROJS:
         nbs = [1] if qk else [1, 4, 8]
-        cases.append(("gemv", f"gemv_q8 {name}", {"n_in": n_in, "n_out": n_out},
-                      lambda c, a=(name, n_out, n_in, nbs): case_gemv(c, *a)))
+        cases.append(
+            (
+                "gemv",
+                f"gemv_q8 {name}",
+                {"n_in": n_in, "n_out": n_out},
+                lambda c, a=(name, n_out, n_in, nbs): case_gemv(c, *a),
+            )
+        )
     T = (4 if qk else 32) * K
-    cases.append(("layer", "decode step q8", {"T": T},
-                  lambda c: case_layer(c, T, [1] if qk else [1, 4])))
+    cases.append(
+        ("layer", "decode step q8", {"T": T}, lambda c: case_layer(c, T, [1] if qk else [1, 4]))
+    )
     for fn in LADDER:
         cases.append(("ladder", fn.__name__, {}, lambda c, fn=fn: fn(c)))
     return cases
@@ -86,16 +147,16 @@ def run_all(quick=False, only=None):
         n0 = len(ctx.runs)
         try:
             fn(ctx)
-        except Exception as e:                     # one broken stage must not stop the bench
+        except Exception as e:  # one broken stage must not stop the bench
             ctx.add(error_run(stage, kernel, shape, e))
             traceback.print_exc(limit=3, file=sys.stderr)
         if len(ctx.runs) == n0:
             ctx.add(error_run(stage, kernel, shape, RuntimeError("case added no run")))
-        try:                                       # the case's arrays are gone: give memory back
+        try:  # the case's arrays are gone: give memory back
             ctx.cp.get_default_memory_pool().free_all_blocks()
             if ctx.torch is not None:
                 ctx.torch.cuda.empty_cache()
-        except Exception:                          # best effort: the next case allocates anew
+        except Exception:  # best effort: the next case allocates anew
             pass
     failed = sum(1 for r in ctx.runs if not r.get("ok", False))
     return ctx, failed
@@ -104,8 +165,11 @@ def run_all(quick=False, only=None):
 def _versions(ctx):
     cp = ctx.cp
     v = cp.cuda.runtime.runtimeGetVersion()
-    return {"cupy": cp.__version__, "cuda": f"{v // 1000}.{(v % 1000) // 10}",
-            "torch": getattr(ctx.torch, "__version__", None)}
+    return {
+        "cupy": cp.__version__,
+        "cuda": f"{v // 1000}.{(v % 1000) // 10}",
+        "torch": getattr(ctx.torch, "__version__", None),
+    }
 
 
 def stage_list(text):
@@ -113,8 +177,9 @@ def stage_list(text):
     stages = [t.strip() for t in text.split(",") if t.strip()]
     bad = [t for t in stages if t not in STAGES]
     if bad or not stages:
-        raise argparse.ArgumentTypeError(f"unknown stage(s) {bad or text!r}; choose from "
-                                         f"{', '.join(STAGES)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown stage(s) {bad or text!r}; choose from {', '.join(STAGES)}"
+        )
     return set(stages)
 
 
@@ -122,11 +187,16 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m qwenref.bench",
         description="Validate every GPU kernel against the golden model, time it, and record "
-                    "results/<device>.json and .npz (needs QWENREF_COMMIT=<sha> unless --dry).")
+        "results/<device>.json and .npz (needs QWENREF_COMMIT=<sha> unless --dry).",
+    )
     ap.add_argument("--quick", action="store_true", help="fewer, smaller runs and fewer repeats")
-    ap.add_argument("--only", type=stage_list, metavar="STAGE[,STAGE...]",
-                    help=f"run these stages of {','.join(STAGES)} (their runs replace those "
-                         f"stages' runs in an existing results file)")
+    ap.add_argument(
+        "--only",
+        type=stage_list,
+        metavar="STAGE[,STAGE...]",
+        help=f"run these stages of {','.join(STAGES)} (their runs replace those "
+        f"stages' runs in an existing results file)",
+    )
     ap.add_argument("--out", default="results", help="directory for <device>.json/.npz")
     ap.add_argument("--dry", action="store_true", help="print the table, record nothing")
     args = ap.parse_args(argv)
@@ -138,9 +208,11 @@ def main(argv=None):
             print(e, file=sys.stderr)
             return 2
     from ..gpu._runtime import available
+
     if not available():
         try:
             from ..gpu._runtime import cupy
+
             cupy()
         except RuntimeError as e:
             print(f"qwenref.bench: {e}", file=sys.stderr)
@@ -148,17 +220,25 @@ def main(argv=None):
     ctx, failed = run_all(args.quick, args.only)
     print()
     print(format_table(ctx.runs, ctx.copy_gbps))
-    doc = {"device": ctx.device, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(
-        timespec="seconds"), "commit": commit or "", **_versions(ctx),
-        "copy_gbps": ctx.copy_gbps, "l2_bytes": ctx.l2, "quick": bool(args.quick),
-        "only": sorted(args.only) if args.only else None, "runs": ctx.runs}
+    doc = {
+        "device": ctx.device,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit or "",
+        **_versions(ctx),
+        "copy_gbps": ctx.copy_gbps,
+        "l2_bytes": ctx.l2,
+        "quick": bool(args.quick),
+        "only": sorted(args.only) if args.only else None,
+        "runs": ctx.runs,
+    }
     if args.dry:
         print("\n--dry: nothing recorded")
     else:
         for r in ctx.runs:
             r["commit"] = commit
-        j, n = write_results(doc, ctx.samples, args.out, device_slug(ctx.device),
-                             merge=args.only is not None)
+        j, n = write_results(
+            doc, ctx.samples, args.out, device_slug(ctx.device), merge=args.only is not None
+        )
         print(f"\nwrote {j} and {n}")
     if failed:
         print(f"{failed} run(s) failed or missed their tolerance", file=sys.stderr)

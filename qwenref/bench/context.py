@@ -1,6 +1,7 @@
 """What every bench case works with: CuPy, the device, the copy ceiling measured at the start
 of the run, the L2 size (inputs rotate past it), the repeat counts, torch when it can run
 peers, and the records the cases add."""
+
 from __future__ import annotations
 
 from .. import timing
@@ -14,8 +15,9 @@ def try_torch():
     """torch when it imports and sees a GPU (the peers need it), else None."""
     try:
         import torch
+
         return torch if torch.cuda.is_available() else None
-    except Exception:                       # any import failure: the peers are optional
+    except Exception:  # any import failure: the peers are optional
         return None
 
 
@@ -30,7 +32,7 @@ class Context:
         self.l2 = timing.l2_bytes()
         self.batches = 8 if quick else 25
         self.runs, self.samples = [], {}
-        self.memo = {}              # what a case measures once per run (sdpa_peer's peers)
+        self.memo = {}  # what a case measures once per run (sdpa_peer's peers)
         self.torch = try_torch()
         self.copy_gbps = timing.copy_gbps(batches=self.batches)
 

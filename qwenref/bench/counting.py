@@ -6,12 +6,26 @@ f32 4·hd, bf16 2·hd, q8 hd int8 codes + hd/32 float16 scales, turboN hd/16 gro
 of codes + one float16 scale. Cache kinds name one side kind for K and V ("q8"), or a bf16 K
 side with a turbo V side ("bf16k-turbo4v").
 """
+
 from __future__ import annotations
 
-__all__ = ["side_bytes_per_head", "kv_bytes_per_token", "bytes_norm", "bytes_rope", "bytes_wht",
-           "bytes_q8_quantize", "bytes_turbo_quantize", "bytes_append", "visible_tokens_count",
-           "bytes_attention", "bytes_block_scores", "bytes_select", "bytes_gemv_q8",
-           "bytes_linear", "layer_stage_bytes"]
+__all__ = [
+    "side_bytes_per_head",
+    "kv_bytes_per_token",
+    "bytes_norm",
+    "bytes_rope",
+    "bytes_wht",
+    "bytes_q8_quantize",
+    "bytes_turbo_quantize",
+    "bytes_append",
+    "visible_tokens_count",
+    "bytes_attention",
+    "bytes_block_scores",
+    "bytes_select",
+    "bytes_gemv_q8",
+    "bytes_linear",
+    "layer_stage_bytes",
+]
 
 
 def side_bytes_per_head(side, hd):
@@ -22,15 +36,15 @@ def side_bytes_per_head(side, hd):
         return 2 * hd
     if side == "q8":
         return hd + 2 * (hd // 32)
-    if side.startswith("turbo") and side[len("turbo"):].isdigit():
-        return (hd // 16) * (2 * int(side[len("turbo"):]) + 2)
+    if side.startswith("turbo") and side[len("turbo") :].isdigit():
+        return (hd // 16) * (2 * int(side[len("turbo") :]) + 2)
     raise ValueError(f"unknown cache side kind {side!r}")
 
 
 def kv_bytes_per_token(kind, nkv, hd):
     """Bytes of stored K+V for one token, all kv heads, scales included (golden layout)."""
     if kind.startswith("bf16k-") and kind.endswith("v"):
-        k, v = "bf16", kind[len("bf16k-"):-1]
+        k, v = "bf16", kind[len("bf16k-") : -1]
     else:
         k = v = kind
     return nkv * (side_bytes_per_head(k, hd) + side_bytes_per_head(v, hd))
@@ -95,8 +109,13 @@ def bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks):
 
 def bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk):
     """select_rows: scoring plus sel_idx [nb, kblk·R + R], sel_n [nb], block mask written."""
-    return (bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks) - 4 * nb * max_blocks
-            + 4 * nb * (kblk * R + R) + 4 * nb + nb * max_blocks)
+    return (
+        bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks)
+        - 4 * nb * max_blocks
+        + 4 * nb * (kblk * R + R)
+        + 4 * nb
+        + nb * max_blocks
+    )
 
 
 def bytes_gemv_q8(nb, n_in, n_out):
@@ -117,8 +136,11 @@ def layer_stage_bytes(cfg, nb, base_pos, kind, weight_format="q8", has_mlp=True)
     n_proj = 2 * c.nh * hd + 2 * c.nkv * hd + ((inh + 1) * ihd if c.has_indexer else 0)
 
     def proj(n_in, n_out):
-        return (bytes_gemv_q8(nb, n_in, n_out) if weight_format == "q8"
-                else bytes_linear(nb, n_in, n_out, 4))
+        return (
+            bytes_gemv_q8(nb, n_in, n_out)
+            if weight_format == "q8"
+            else bytes_linear(nb, n_in, n_out, 4)
+        )
 
     selective = c.has_indexer and (base_pos + nb) // R > kblk
     b = {
@@ -126,24 +148,25 @@ def layer_stage_bytes(cfg, nb, base_pos, kind, weight_format="q8", has_mlp=True)
         "qkv_proj": proj(H, n_proj),
         "qk_norm_rope": bytes_rope(nb, c.nh, c.nkv, hd) + 2 * 4 * nb * c.nh * hd,  # + gate copy
         "kv_append": bytes_append(nb, c.nkv, hd, kind, ihd if c.has_indexer else 0),
-        "attention": bytes_attention(nb, c.nh, c.nkv, hd, kind, base_pos, R, kblk, gate=True,
-                                     selective=selective),
+        "attention": bytes_attention(
+            nb, c.nh, c.nkv, hd, kind, base_pos, R, kblk, gate=True, selective=selective
+        ),
         "o_proj": proj(c.nh * hd, H),
         "post_norm": bytes_norm(nb, H, add=True),
     }
     if c.has_indexer:
         n_blocks = (base_pos + nb) // R
         b["indexer_q"] = 4 * 2 * nb * inh * ihd + 4 * ihd
-        done = (base_pos + nb) // R - base_pos // R              # blocks completing this step
+        done = (base_pos + nb) // R - base_pos // R  # blocks completing this step
         b["block_keys"] = done * (R * ihd * 4 + ihd * 4)
         if selective:
             b["select"] = bytes_select(nb, inh, ihd, n_blocks, n_blocks, R, kblk)
     if has_mlp:
         if weight_format == "q8":
-            b["mlp_gate_up"] = bytes_gemv_q8(nb, H, 2 * I) - 4 * nb * I   # writes act, not g|u
-            b["mlp_down"] = bytes_gemv_q8(nb, I, H) + 4 * nb * H            # + residual read
+            b["mlp_gate_up"] = bytes_gemv_q8(nb, H, 2 * I) - 4 * nb * I  # writes act, not g|u
+            b["mlp_down"] = bytes_gemv_q8(nb, I, H) + 4 * nb * H  # + residual read
         else:
             b["mlp_gate_up"] = bytes_linear(nb, H, 2 * I) + 4 * nb * 3 * I  # + swiglu pass
-            b["mlp_down"] = bytes_linear(nb, I, H) + 4 * nb * 3 * H         # + residual add
+            b["mlp_down"] = bytes_linear(nb, I, H) + 4 * nb * 3 * H  # + residual add
     b["total"] = sum(b.values())
     return b

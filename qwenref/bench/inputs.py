@@ -1,6 +1,7 @@
 """Inputs the bench, the tuning tools and the notebooks build on the GPU: random values (never
 zeros, a few outliers so normalisation and amax paths see them), poisoned outputs, the 27B
 configurations, filled caches and random layer weights."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,16 @@ import numpy as np
 from ..config import AttnConfig
 from ..gpu._runtime import cupy
 
-__all__ = ["randn", "poisoned", "host", "qwen_cfg", "dense_cfg", "fill_caches",
-           "random_q8_caches", "random_weights"]
+__all__ = [
+    "randn",
+    "poisoned",
+    "host",
+    "qwen_cfg",
+    "dense_cfg",
+    "fill_caches",
+    "random_q8_caches",
+    "random_weights",
+]
 
 
 def randn(cp, shape, scale=1.0, outliers=True):
@@ -38,14 +47,16 @@ def qwen_cfg():
 
 def dense_cfg():
     """qwen_cfg without the indexer: every row attends densely."""
-    return qwen_cfg().replace(indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0,
-                              indexer_budget=0)
+    return qwen_cfg().replace(
+        indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0, indexer_budget=0
+    )
 
 
 def fill_caches(caches, T, k_norm_w=None, chunk=8192):
     """Append T random tokens (the same values) to each gpu.KVCache; block keys too when the
     config has an indexer (k_norm_w: the indexer's k norm weight)."""
     from .. import gpu
+
     cp = cupy()
     c = caches[0].cfg
     for t0 in range(0, T, chunk):
@@ -64,13 +75,15 @@ def random_q8_caches(cfg, T, n):
     """n q8 gpu.KVCaches holding T tokens of random codes and scales (written directly, no
     quantizer: fast for timing, not for checking values)."""
     from .. import gpu
+
     cp = cupy()
     caches = []
     for _ in range(n):
         c = gpu.KVCache(cfg, max_t=T, kind="q8")
         for st in (c.k_store, c.v_store):
-            st["q"][...] = cp.random.randint(-127, 128, size=st["q"].shape,
-                                             dtype=cp.int32).astype(cp.int8)
+            st["q"][...] = cp.random.randint(-127, 128, size=st["q"].shape, dtype=cp.int32).astype(
+                cp.int8
+            )
             st["d"][...] = cp.random.uniform(0.004, 0.04, size=st["d"].shape).astype(cp.float16)
         c.length = T
         caches.append(c)
@@ -84,20 +97,29 @@ def random_weights(cfg, seed=0):
     c = cfg
     hd, H, I = c.head_dim, c.hidden_size, c.intermediate_size
     shapes = {
-        "input_layernorm.weight": (H,), "post_attention_layernorm.weight": (H,),
-        "self_attn.q_proj.weight": (2 * c.nh * hd, H), "self_attn.k_proj.weight": (c.nkv * hd, H),
-        "self_attn.v_proj.weight": (c.nkv * hd, H), "self_attn.o_proj.weight": (H, c.nh * hd),
-        "self_attn.q_norm.weight": (hd,), "self_attn.k_norm.weight": (hd,),
-        "mlp.gate_proj.weight": (I, H), "mlp.up_proj.weight": (I, H),
+        "input_layernorm.weight": (H,),
+        "post_attention_layernorm.weight": (H,),
+        "self_attn.q_proj.weight": (2 * c.nh * hd, H),
+        "self_attn.k_proj.weight": (c.nkv * hd, H),
+        "self_attn.v_proj.weight": (c.nkv * hd, H),
+        "self_attn.o_proj.weight": (H, c.nh * hd),
+        "self_attn.q_norm.weight": (hd,),
+        "self_attn.k_norm.weight": (hd,),
+        "mlp.gate_proj.weight": (I, H),
+        "mlp.up_proj.weight": (I, H),
         "mlp.down_proj.weight": (H, I),
     }
     if c.has_indexer:
         ihd = c.indexer_head_dim
-        shapes.update({"self_attn.indexer.qk_proj.weight": ((c.indexer_n_heads + 1) * ihd, H),
-                       "self_attn.indexer.q_norm.weight": (ihd,),
-                       "self_attn.indexer.k_norm.weight": (ihd,)})
+        shapes.update(
+            {
+                "self_attn.indexer.qk_proj.weight": ((c.indexer_n_heads + 1) * ihd, H),
+                "self_attn.indexer.q_norm.weight": (ihd,),
+                "self_attn.indexer.k_norm.weight": (ihd,),
+            }
+        )
     w = {}
     for name, shp in shapes.items():
         scale = 0.1 if len(shp) == 1 else 0.02
-        w[name] = (rng.standard_normal(shp, dtype=np.float32) * np.float32(scale))
+        w[name] = rng.standard_normal(shp, dtype=np.float32) * np.float32(scale)
     return w

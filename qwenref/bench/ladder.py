@@ -6,6 +6,7 @@ teaching order), default and the rung's own kernel name; it keeps its pipeline s
 and carries bench="ladder", which --only merges by. The attention rungs are recorded beside the
 read floor of one launch at the same bytes (floor_us, pct_of_floor).
 """
+
 from __future__ import annotations
 
 import sys
@@ -15,26 +16,56 @@ import numpy as np
 
 from .. import timing
 from .cases_attention import golden_attention_rows
-from .counting import (bytes_append, bytes_attention, bytes_block_scores, bytes_gemv_q8,
-                       bytes_linear, bytes_norm, bytes_rope, bytes_select, bytes_wht,
-                       kv_bytes_per_token)
+from .counting import (
+    bytes_append,
+    bytes_attention,
+    bytes_block_scores,
+    bytes_gemv_q8,
+    bytes_linear,
+    bytes_norm,
+    bytes_rope,
+    bytes_select,
+    bytes_wht,
+    kv_bytes_per_token,
+)
 from .inputs import dense_cfg, fill_caches, host, poisoned, qwen_cfg, randn
 from .records import error_run, make_run, rel_err
 from .tolerances import TOL_ATTN, TOL_ATTN_MMA, TOL_CODES, TOL_F32, TOL_ROPE, TOL_SELECT
 
-__all__ = ["FAMILY_MODULE", "LADDER", "family_rungs", "rung_fields", "ladder_runs",
-           "ladder_norm", "ladder_rope", "ladder_wht", "ladder_append", "ladder_indexer",
-           "ladder_attention", "ladder_gemv"]
+__all__ = [
+    "FAMILY_MODULE",
+    "LADDER",
+    "family_rungs",
+    "rung_fields",
+    "ladder_runs",
+    "ladder_norm",
+    "ladder_rope",
+    "ladder_wht",
+    "ladder_append",
+    "ladder_indexer",
+    "ladder_attention",
+    "ladder_gemv",
+]
 
-FAMILY_MODULE = {"rms_norm": "norm", "add_rms_norm": "norm", "qk_norm_rope": "rope",
-                 "wht": "wht", "q8_append": "kvcache", "turbo_append": "kvcache",
-                 "update_block_keys": "indexer", "block_scores": "indexer",
-                 "select": "indexer", "attention": "attention", "gemv": "gemv"}
+FAMILY_MODULE = {
+    "rms_norm": "norm",
+    "add_rms_norm": "norm",
+    "qk_norm_rope": "rope",
+    "wht": "wht",
+    "q8_append": "kvcache",
+    "turbo_append": "kvcache",
+    "update_block_keys": "indexer",
+    "block_scores": "indexer",
+    "select": "indexer",
+    "attention": "attention",
+    "gemv": "gemv",
+}
 
 
 def family_rungs(family):
     """(rung names in teaching order, the stage module) of a kernel family."""
     import importlib
+
     mod = importlib.import_module(f"qwenref.gpu.{FAMILY_MODULE[family]}")
     return tuple(mod.RUNGS[family]), mod
 
@@ -42,12 +73,33 @@ def family_rungs(family):
 def rung_fields(family, impl, default, **kshape):
     """The ladder fields of one run: family, rung (index in teaching order), default, kernel."""
     rungs, mod = family_rungs(family)
-    return {"family": family, "rung": rungs.index(impl), "default": impl == default,
-            "kernel": mod.rung_kernel(family, impl, **kshape), "bench": "ladder"}
+    return {
+        "family": family,
+        "rung": rungs.index(impl),
+        "default": impl == default,
+        "kernel": mod.rung_kernel(family, impl, **kshape),
+        "bench": "ladder",
+    }
 
 
-def ladder_runs(ctx, stage, family, shape, default, once, launch, ref, nbytes, tol,
-                n_rot=1, max_inner=64, kshape=None, floor_us=None, impls=None, err_fn=None):
+def ladder_runs(
+    ctx,
+    stage,
+    family,
+    shape,
+    default,
+    once,
+    launch,
+    ref,
+    nbytes,
+    tol,
+    n_rot=1,
+    max_inner=64,
+    kshape=None,
+    floor_us=None,
+    impls=None,
+    err_fn=None,
+):
     """Each rung of `family`: once(impl) -> its output on the host (outputs poisoned first),
     checked against ref by err_fn (rel_err); then launch(impl, i) timed queued. tol: a number
     or {impl: number}. One record per rung."""
@@ -59,13 +111,28 @@ def ladder_runs(ctx, stage, family, shape, default, once, launch, ref, nbytes, t
             tol_i = tol[impl] if isinstance(tol, dict) else tol
             med, iqr = ctx.time(lambda i: launch(impl, i), n_rot, max_inner)
             meta = rung_fields(family, impl, default, **(kshape or {}))
-            fl = ({} if floor_us is None else
-                  {"floor_us": floor_us, "pct_of_floor": 100.0 * floor_us / med})
-            run = make_run(stage, meta.pop("kernel"), shape, med, nbytes, ctx.copy_gbps, err,
-                           tol_i, iqr_us=iqr, timing="queued", **meta, **fl)
+            fl = (
+                {}
+                if floor_us is None
+                else {"floor_us": floor_us, "pct_of_floor": 100.0 * floor_us / med}
+            )
+            run = make_run(
+                stage,
+                meta.pop("kernel"),
+                shape,
+                med,
+                nbytes,
+                ctx.copy_gbps,
+                err,
+                tol_i,
+                iqr_us=iqr,
+                timing="queued",
+                **meta,
+                **fl,
+            )
             same_size = np.size(got) == np.size(ref)
             ctx.add(run, ref if same_size else None, got if same_size else None)
-        except Exception as e:                  # one broken rung must not hide the others
+        except Exception as e:  # one broken rung must not hide the others
             run = error_run(stage, f"{family} {impl}", shape, e)
             run.update(family=family, rung=rungs.index(impl), bench="ladder")
             ctx.add(run)
@@ -74,6 +141,7 @@ def ladder_runs(ctx, stage, family, shape, default, once, launch, ref, nbytes, t
 
 def ladder_norm(ctx, rows=8192, n=5120):
     from .. import golden, gpu
+
     cp = ctx.cp
     x, r = randn(cp, (rows, n)), randn(cp, (rows, n))
     w = randn(cp, (n,), 0.1, outliers=False)
@@ -83,25 +151,47 @@ def ladder_norm(ctx, rows=8192, n=5120):
     def once_n(impl):
         y.fill(cp.nan)
         return host(gpu.rms_norm(x, w, 1e-6, out=y, impl=impl))
+
     ref = golden.rms_norm(host(x), host(w), 1e-6)
-    ladder_runs(ctx, "norm", "rms_norm", shape, "v1", once_n,
-                lambda impl, i: gpu.rms_norm(x, w, 1e-6, out=y, impl=impl), ref,
-                bytes_norm(rows, n), TOL_F32, max_inner=8)
+    ladder_runs(
+        ctx,
+        "norm",
+        "rms_norm",
+        shape,
+        "v1",
+        once_n,
+        lambda impl, i: gpu.rms_norm(x, w, 1e-6, out=y, impl=impl),
+        ref,
+        bytes_norm(rows, n),
+        TOL_F32,
+        max_inner=8,
+    )
 
     def once_a(impl):
         y.fill(cp.nan)
         s.fill(cp.nan)
         gpu.add_rms_norm(x, r, w, 1e-6, out=y, sum_out=s, impl=impl)
         return np.concatenate([host(y).ravel(), host(s).ravel()])
+
     ry, rs = golden.add_rms_norm(host(x), host(r), host(w), 1e-6)
-    ladder_runs(ctx, "norm", "add_rms_norm", shape, "v1", once_a,
-                lambda impl, i: gpu.add_rms_norm(x, r, w, 1e-6, out=y, sum_out=s, impl=impl),
-                np.concatenate([ry.ravel(), rs.ravel()]), bytes_norm(rows, n, True), TOL_F32,
-                max_inner=8)
+    ladder_runs(
+        ctx,
+        "norm",
+        "add_rms_norm",
+        shape,
+        "v1",
+        once_a,
+        lambda impl, i: gpu.add_rms_norm(x, r, w, 1e-6, out=y, sum_out=s, impl=impl),
+        np.concatenate([ry.ravel(), rs.ravel()]),
+        bytes_norm(rows, n, True),
+        TOL_F32,
+        max_inner=8,
+    )
 
 
 def ladder_rope(ctx, nb=4096):
     from .. import golden, gpu
+
     cp = ctx.cp
     c = qwen_cfg()
     hd = c.head_dim
@@ -117,19 +207,33 @@ def ladder_rope(ctx, nb=4096):
         ko.fill(cp.nan)
         gpu.qk_norm_rope(*args, q_out=qo, k_out=ko, impl=impl)
         return np.concatenate([host(qo).ravel(), host(ko).ravel()])
-    rq, rk = golden.qk_norm_rope(host(qg), host(k), host(qw), host(kw), pos_h,
-                                 c.rotary_dim, c.rope_theta, 1e-6)
+
+    rq, rk = golden.qk_norm_rope(
+        host(qg), host(k), host(qw), host(kw), pos_h, c.rotary_dim, c.rope_theta, 1e-6
+    )
     shape = {"nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": hd, "rotary_dim": c.rotary_dim}
     from ..gpu.rope import DEFAULT_RUNG
-    ladder_runs(ctx, "rope", "qk_norm_rope", shape, DEFAULT_RUNG["qk_norm_rope"], once,
-                lambda impl, i: gpu.qk_norm_rope(*args, q_out=qo, k_out=ko, impl=impl),
-                np.concatenate([rq.ravel(), rk.ravel()]), bytes_rope(nb, c.nh, c.nkv, hd),
-                TOL_ROPE, max_inner=8, kshape={"head_dim": hd})
+
+    ladder_runs(
+        ctx,
+        "rope",
+        "qk_norm_rope",
+        shape,
+        DEFAULT_RUNG["qk_norm_rope"],
+        once,
+        lambda impl, i: gpu.qk_norm_rope(*args, q_out=qo, k_out=ko, impl=impl),
+        np.concatenate([rq.ravel(), rk.ravel()]),
+        bytes_rope(nb, c.nh, c.nkv, hd),
+        TOL_ROPE,
+        max_inner=8,
+        kshape={"head_dim": hd},
+    )
 
 
 def ladder_wht(ctx, rows=65536, n=256):
     from .. import golden
     from ..gpu.wht import wht as gpu_wht
+
     cp = ctx.cp
     x = randn(cp, (rows, n))
     y = poisoned(cp, (rows, n))
@@ -137,14 +241,27 @@ def ladder_wht(ctx, rows=65536, n=256):
     def once(impl):
         y.fill(cp.nan)
         return host(gpu_wht(x, out=y, impl=impl))
-    ladder_runs(ctx, "wht", "wht", {"rows": rows, "n": n}, "v1", once,
-                lambda impl, i: gpu_wht(x, out=y, impl=impl), golden.wht(host(x)),
-                bytes_wht(rows, n), TOL_F32, max_inner=8, kshape={"n": n})
+
+    ladder_runs(
+        ctx,
+        "wht",
+        "wht",
+        {"rows": rows, "n": n},
+        "v1",
+        once,
+        lambda impl, i: gpu_wht(x, out=y, impl=impl),
+        golden.wht(host(x)),
+        bytes_wht(rows, n),
+        TOL_F32,
+        max_inner=8,
+        kshape={"n": n},
+    )
 
 
 def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2")):
     """KVCache.append of nb tokens at successive positions; the stored bytes are compared."""
     from .. import golden, gpu
+
     cp = ctx.cp
     c = dense_cfg()
     max_inner = 2
@@ -165,22 +282,34 @@ def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2")):
             # against golden's float64 WHT, so a code on a rounding boundary may differ by one
             # step (TOL_CODES), which the dequantized comparison below measures
             pairs = ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store))
-            if kind == "q8" and not all((ms[n][:, :nb] == gs[n]).all()
-                                        for ms, gs in pairs for n in gs):
+            if kind == "q8" and not all(
+                (ms[n][:, :nb] == gs[n]).all() for ms, gs in pairs for n in gs
+            ):
                 raise AssertionError(f"q8 append ({impl}): stored bytes differ from golden")
             return np.concatenate([mine.keys(nb).ravel(), mine.values(nb).ravel()])
-        bits = 8 if kind == "q8" else int(kind[len("turbo"):])
-        ladder_runs(ctx, "kvcache", family, {"nb": nb, "nkv": c.nkv, "head_dim": c.head_dim,
-                                             "kind": kind}, "v1", once,
-                    lambda impl, i: state["cache"].append(k, v, impl=impl), ref,
-                    bytes_append(nb, c.nkv, c.head_dim, kind), TOL_CODES, max_inner=max_inner,
-                    kshape={"head_dim": c.head_dim, "bits": bits})
-        del state
+
+        bits = 8 if kind == "q8" else int(kind[len("turbo") :])
+        ladder_runs(
+            ctx,
+            "kvcache",
+            family,
+            {"nb": nb, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind},
+            "v1",
+            once,
+            lambda impl, i: state["cache"].append(k, v, impl=impl),
+            ref,
+            bytes_append(nb, c.nkv, c.head_dim, kind),
+            TOL_CODES,
+            max_inner=max_inner,
+            kshape={"head_dim": c.head_dim, "bits": bits},
+        )
+        state.clear()  # the cache's memory goes before the next kind
 
 
 def ladder_indexer(ctx, T=32768, nb=1):
     """update_block_keys, block_scores and select at T tokens (27B indexer, R 64, budget 2048)."""
     from .. import golden, gpu
+
     cp = ctx.cp
     c = qwen_cfg()
     R, kblk, inh, ihd = c.indexer_compress_ratio, c.kblk, c.indexer_n_heads, c.indexer_head_dim
@@ -198,38 +327,70 @@ def ladder_indexer(ctx, T=32768, nb=1):
         cache.blk_keys.fill(cp.nan)
         gpu.update_block_keys(cache, knw, c, 0, T, impl=impl)
         return host(cache.blk_keys[:n_blocks])
-    ladder_runs(ctx, "indexer", "update_block_keys", shape, "v1", once_keys,
-                lambda impl, i: gpu.update_block_keys(cache, knw, c, 0, T, impl=impl),
-                gc.blk_keys[:n_blocks], 4 * (T * ihd + n_blocks * ihd), TOL_ROPE, max_inner=4)
-    gpu.update_block_keys(cache, knw, c, 0, T)          # the default rung's keys for the rest
+
+    ladder_runs(
+        ctx,
+        "indexer",
+        "update_block_keys",
+        shape,
+        "v1",
+        once_keys,
+        lambda impl, i: gpu.update_block_keys(cache, knw, c, 0, T, impl=impl),
+        gc.blk_keys[:n_blocks],
+        4 * (T * ihd + n_blocks * ihd),
+        TOL_ROPE,
+        max_inner=4,
+    )
+    gpu.update_block_keys(cache, knw, c, 0, T)  # the default rung's keys for the rest
 
     max_blocks = cache.blk_keys.shape[0]
     iq_h = host(iq)
     ncs = [(base + b + 1) // R for b in range(nb)]
-    ref_sc = np.concatenate([golden.block_scores(iq_h[b], gpu_bk[:ncs[b]]) for b in range(nb)])
+    ref_sc = np.concatenate([golden.block_scores(iq_h[b], gpu_bk[: ncs[b]]) for b in range(nb)])
     sc = poisoned(cp, (nb, max_blocks))
 
     def once_scores(impl):
         sc.fill(cp.nan)
         h = host(gpu.block_scores(iq, cache, base, out=sc, impl=impl))
-        return np.concatenate([h[b, :ncs[b]] for b in range(nb)])
-    ladder_runs(ctx, "indexer", "block_scores", shape, "v1", once_scores,
-                lambda impl, i: gpu.block_scores(iq, cache, base, out=sc, impl=impl), ref_sc,
-                bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks), TOL_F32)
+        return np.concatenate([h[b, : ncs[b]] for b in range(nb)])
+
+    ladder_runs(
+        ctx,
+        "indexer",
+        "block_scores",
+        shape,
+        "v1",
+        once_scores,
+        lambda impl, i: gpu.block_scores(iq, cache, base, out=sc, impl=impl),
+        ref_sc,
+        bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks),
+        TOL_F32,
+    )
 
     ref_sel = [golden.row_selection(base + b, iq_h[b], gpu_bk, R, kblk)[0] for b in range(nb)]
 
     def once_select(impl):
         si, sn, _ = gpu.select_rows(iq, cache, base, c, impl=impl)
         si, sn = host(si), host(sn)
-        return [si[b, :sn[b]] if sn[b] > 0 else np.arange(base + b + 1) for b in range(nb)]
+        return [si[b, : sn[b]] if sn[b] > 0 else np.arange(base + b + 1) for b in range(nb)]
 
     def differing(got, ref):
         return float(np.mean([len(np.setxor1d(g, r)) / (2 * len(r)) for g, r in zip(got, ref)]))
-    ladder_runs(ctx, "indexer", "select", shape, "v1", once_select,
-                lambda impl, i: gpu.select_rows(iq, cache, base, c, impl=impl), ref_sel,
-                bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk), TOL_SELECT,
-                err_fn=differing, kshape={"nblk": n_blocks, "kblk": kblk})
+
+    ladder_runs(
+        ctx,
+        "indexer",
+        "select",
+        shape,
+        "v1",
+        once_select,
+        lambda impl, i: gpu.select_rows(iq, cache, base, c, impl=impl),
+        ref_sel,
+        bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk),
+        TOL_SELECT,
+        err_fn=differing,
+        kshape={"nblk": n_blocks, "kblk": kblk},
+    )
 
 
 def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4")):
@@ -237,6 +398,7 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4")):
     split-T on CUDA cores, mma tensor cores where the cache is q8), beside the read floor."""
     from .. import gpu
     from ..gpu.attention import choose_impl
+
     cp = ctx.cp
     c = dense_cfg()
     for kind in kinds:
@@ -253,21 +415,33 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4")):
         def once(impl):
             out.fill(cp.nan)
             return host(gpu.decode_attention(q, caches[0], base, out=out, impl=impl))
+
         impls = ("v0", "v1", "mma") if kind == "q8" else ("v0", "v1")
-        shape = {"T": T, "nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": c.head_dim,
-                 "kind": kind}
-        ladder_runs(ctx, "attention", "attention", shape, choose_impl(caches[0], nb), once,
-                    lambda impl, i: gpu.decode_attention(q, caches[i], base, out=out,
-                                                         impl=impl),
-                    ref, nbytes, {"v0": TOL_ATTN, "v1": TOL_ATTN, "mma": TOL_ATTN_MMA},
-                    n_rot=nr, max_inner=8, floor_us=floor, impls=impls,
-                    kshape={"kind": kind, "nb": nb, "n_rep": c.n_rep})
-        del caches
+        shape = {"T": T, "nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind}
+        ladder_runs(
+            ctx,
+            "attention",
+            "attention",
+            shape,
+            choose_impl(caches[0], nb),
+            once,
+            lambda impl, i: gpu.decode_attention(q, caches[i], base, out=out, impl=impl),
+            ref,
+            nbytes,
+            {"v0": TOL_ATTN, "v1": TOL_ATTN, "mma": TOL_ATTN_MMA},
+            n_rot=nr,
+            max_inner=8,
+            floor_us=floor,
+            impls=impls,
+            kshape={"kind": kind, "nb": nb, "n_rep": c.n_rep},
+        )
+        caches.clear()  # the caches' memory goes before the next kind
 
 
 def ladder_gemv(ctx, nb=1, n_out=5120, n_in=6144):
     """The o_proj GEMV (27B) with q8 and f32 weights on each rung."""
     from .. import golden, gpu
+
     cp = ctx.cp
     w = cp.random.standard_normal((n_out, n_in), dtype=cp.float32) * np.float32(0.02)
     q, d = gpu.q8_weight(w)
@@ -292,9 +466,29 @@ def ladder_gemv(ctx, nb=1, n_out=5120, n_in=6144):
             y.fill(cp.nan)
             call(impl, 0)
             return host(y)
-        ladder_runs(ctx, "gemv", "gemv", dict(shape, weights=kind), "v1", once, call, ref, ws,
-                    TOL_F32, n_rot=nr, kshape={"kind": kind, "nb": nb, "n_out": n_out})
+
+        ladder_runs(
+            ctx,
+            "gemv",
+            "gemv",
+            dict(shape, weights=kind),
+            "v1",
+            once,
+            call,
+            ref,
+            ws,
+            TOL_F32,
+            n_rot=nr,
+            kshape={"kind": kind, "nb": nb, "n_out": n_out},
+        )
 
 
-LADDER = (ladder_norm, ladder_rope, ladder_wht, ladder_append, ladder_indexer, ladder_attention,
-          ladder_gemv)
+LADDER = (
+    ladder_norm,
+    ladder_rope,
+    ladder_wht,
+    ladder_append,
+    ladder_indexer,
+    ladder_attention,
+    ladder_gemv,
+)

@@ -2,6 +2,7 @@
 "GPU side"), reading, merging and writing results/<device>.json and .npz, and the table printed
 while the bench runs. Pure: no GPU (tests/test_bench_records.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -12,10 +13,25 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["RUN_KEYS", "PEER_KEYS", "DOC_KEYS", "N_SAMPLES", "rel_err", "sample_pairs",
-           "make_run", "error_run", "validate_doc", "format_shape", "format_table",
-           "require_commit", "bench_stage", "merge_results", "read_results", "write_results",
-           "device_slug"]
+__all__ = [
+    "RUN_KEYS",
+    "PEER_KEYS",
+    "DOC_KEYS",
+    "N_SAMPLES",
+    "rel_err",
+    "sample_pairs",
+    "make_run",
+    "error_run",
+    "validate_doc",
+    "format_shape",
+    "format_table",
+    "require_commit",
+    "bench_stage",
+    "merge_results",
+    "read_results",
+    "write_results",
+    "device_slug",
+]
 
 RUN_KEYS = ("stage", "kernel", "shape", "median_us", "bytes", "gbps", "pct_of_copy", "rel_err")
 PEER_KEYS = ("peer", "peer_median_us", "speedup")
@@ -49,19 +65,31 @@ def sample_pairs(ref, gpu, n=N_SAMPLES, seed=0):
     return r.copy(), g.copy()
 
 
-def make_run(stage, kernel, shape, median_us, nbytes, copy_gbps, err, tol, peer=None,
-             peer_us=None, **extra):
+def make_run(
+    stage, kernel, shape, median_us, nbytes, copy_gbps, err, tol, peer=None, peer_us=None, **extra
+):
     """One record of `runs`. gbps = bytes / time; speedup = peer time / our time (> 1: faster)."""
     us = float(median_us)
     gbps = nbytes / (us * 1e-6) / 1e9 if us > 0 else math.nan
-    run = {"stage": stage, "kernel": kernel, "shape": dict(shape), "median_us": us,
-           "bytes": int(nbytes), "gbps": gbps,
-           "pct_of_copy": 100.0 * gbps / copy_gbps if copy_gbps else math.nan,
-           "rel_err": float(err), "tol": float(tol), "ok": bool(err <= tol)}
+    run = {
+        "stage": stage,
+        "kernel": kernel,
+        "shape": dict(shape),
+        "median_us": us,
+        "bytes": int(nbytes),
+        "gbps": gbps,
+        "pct_of_copy": 100.0 * gbps / copy_gbps if copy_gbps else math.nan,
+        "rel_err": float(err),
+        "tol": float(tol),
+        "ok": bool(err <= tol),
+    }
     if peer is not None:
         run.update(peer=peer, peer_median_us=float(peer_us), speedup=float(peer_us) / us)
-    run["timing"] = "graph" if "graph replay" in str(kernel) else (
-        "eager" if "eager" in str(kernel) else "queued")
+    run["timing"] = (
+        "graph"
+        if "graph replay" in str(kernel)
+        else ("eager" if "eager" in str(kernel) else "queued")
+    )
     run.update(extra)
     return run
 
@@ -69,9 +97,18 @@ def make_run(stage, kernel, shape, median_us, nbytes, copy_gbps, err, tol, peer=
 def error_run(stage, kernel, shape, exc):
     """A run whose setup, validation or timing raised: printed and recorded, never fatal."""
     msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-    return {"stage": stage, "kernel": kernel, "shape": dict(shape or {}), "median_us": math.nan,
-            "bytes": 0, "gbps": math.nan, "pct_of_copy": math.nan, "rel_err": math.nan,
-            "ok": False, "error": msg}
+    return {
+        "stage": stage,
+        "kernel": kernel,
+        "shape": dict(shape or {}),
+        "median_us": math.nan,
+        "bytes": 0,
+        "gbps": math.nan,
+        "pct_of_copy": math.nan,
+        "rel_err": math.nan,
+        "ok": False,
+        "error": msg,
+    }
 
 
 def validate_doc(doc):
@@ -95,16 +132,25 @@ _ABBR = {"head_dim": "hd", "rotary_dim": "rd", "weights": "w", "budget": "B", "p
 
 
 def format_shape(shape):
-    return " ".join(f"{_ABBR.get(k, k)}={v}" if _ABBR.get(k, k) else str(v)
-                    for k, v in shape.items())
+    return " ".join(
+        f"{_ABBR.get(k, k)}={v}" if _ABBR.get(k, k) else str(v) for k, v in shape.items()
+    )
 
 
 def _fmt(v, spec):
     return format(v, spec) if isinstance(v, (int, float)) and math.isfinite(v) else "-"
 
 
-_COLS = (("stage", 9), ("kernel", 36), ("shape", 58), ("µs", 10), ("GB/s", 8), ("% copy", 6),
-         ("rel_err", 9), ("speedup", 7))
+_COLS = (
+    ("stage", 9),
+    ("kernel", 36),
+    ("shape", 58),
+    ("µs", 10),
+    ("GB/s", 8),
+    ("% copy", 6),
+    ("rel_err", 9),
+    ("speedup", 7),
+)
 
 
 def format_table(runs, copy_gbps=None):
@@ -114,15 +160,22 @@ def format_table(runs, copy_gbps=None):
     if copy_gbps:
         lines.insert(0, f"copy ceiling: {copy_gbps:.1f} GB/s (device-to-device, 2 x bytes / time)")
     for r in runs:
-        cells = [r["stage"][:9].ljust(9), r["kernel"][:36].ljust(36),
-                 format_shape(r.get("shape", {}))[:58].ljust(58)]
+        cells = [
+            r["stage"][:9].ljust(9),
+            r["kernel"][:36].ljust(36),
+            format_shape(r.get("shape", {}))[:58].ljust(58),
+        ]
         if r.get("error"):
             lines.append(" | ".join(cells) + " | ERROR " + r["error"])
             continue
         flag = "" if r.get("ok", True) else "  FAIL tol " + _fmt(r.get("tol"), ".0e")
-        cells += [_fmt(r["median_us"], "10.2f"), _fmt(r["gbps"], "8.1f"),
-                  _fmt(r["pct_of_copy"], "6.1f"), _fmt(r["rel_err"], "9.2e"),
-                  _fmt(r.get("speedup"), "7.2f").rjust(7)]
+        cells += [
+            _fmt(r["median_us"], "10.2f"),
+            _fmt(r["gbps"], "8.1f"),
+            _fmt(r["pct_of_copy"], "6.1f"),
+            _fmt(r["rel_err"], "9.2e"),
+            _fmt(r.get("speedup"), "7.2f").rjust(7),
+        ]
         lines.append(" | ".join(cells) + flag)
     return "\n".join(lines)
 
@@ -138,7 +191,8 @@ def require_commit(env=None):
             "qwenref.bench: refusing to record results without QWENREF_COMMIT=<sha> "
             f"(got {sha!r}). Commit first, then run QWENREF_COMMIT=$(git rev-parse HEAD) "
             "python -m qwenref.bench (the device copy has no .git); --dry prints without "
-            "recording.")
+            "recording."
+        )
     return sha
 
 
@@ -157,7 +211,7 @@ def merge_results(doc, samples, old_doc, old_samples):
             merged[len(runs)] = samples[i]
         runs.append(r)
     merged_doc = dict(doc, runs=runs)
-    if doc.get("only") is not None:        # the file now holds every merged stage, not just doc's
+    if doc.get("only") is not None:  # the file now holds every merged stage, not just doc's
         merged_doc["only"] = sorted({bench_stage(r) for r in runs})
     return merged_doc, merged
 
@@ -178,7 +232,7 @@ def read_results(out_dir, slug):
         with np.load(npath) as z:
             for k in z.files:
                 if k.endswith("_golden"):
-                    i = int(k[:-len("_golden")])
+                    i = int(k[: -len("_golden")])
                     samples[i] = (z[k], z[f"{i}_gpu"])
     return doc, samples
 
@@ -196,7 +250,7 @@ def write_results(doc, samples, out_dir, slug, merge=False):
     out.mkdir(parents=True, exist_ok=True)
     jpath, npath = out / f"{slug}.json", out / f"{slug}.npz"
 
-    def clean(v):                          # JSON has no NaN/inf: write null
+    def clean(v):  # JSON has no NaN/inf: write null
         if isinstance(v, float) and not math.isfinite(v):
             return None
         if isinstance(v, dict):
@@ -208,8 +262,9 @@ def write_results(doc, samples, out_dir, slug, merge=False):
         return v
 
     jpath.write_text(json.dumps(clean(doc), indent=1) + "\n")
-    arrays = {"run_keys": np.array([f"{i}|{r['stage']}|{r['kernel']}"
-                                    for i, r in enumerate(doc["runs"])])}
+    arrays = {
+        "run_keys": np.array([f"{i}|{r['stage']}|{r['kernel']}" for i, r in enumerate(doc["runs"])])
+    }
     for i, (ref, got) in samples.items():
         arrays[f"{i}_golden"], arrays[f"{i}_gpu"] = ref, got
     np.savez_compressed(npath, **arrays)

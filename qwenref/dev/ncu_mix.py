@@ -9,6 +9,7 @@ table reads as instructions per warp per trip. The stall shares are over all war
 samples, so a profile taken with --warp-sampling-interval 0 gives the finest split. ncu may
 list an address twice (one row per source view); each address counts once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,7 +64,7 @@ def stall_shares(rows: list[dict]) -> list[tuple[str, float]]:
     tot = collections.Counter()
     for r in rows:
         for k in cols:
-            tot[k[len("stall_"):]] += _num(r[k])
+            tot[k[len("stall_") :]] += _num(r[k])
     s = sum(tot.values()) or 1.0
     return [(k, v / s) for k, v in tot.most_common()]
 
@@ -80,9 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"{args.csv}: no SASS rows (was it exported with --page source?)")
     mix = instruction_mix(rows, args.per)
     total = sum(c for _, c, _ in mix)
-    print(f"{len(rows)} SASS instructions; executed {total:,.1f}"
-          + (f" per {args.per:g}" if args.per != 1.0 else ""))
-    for op, c, smp in mix[:args.top]:
+    print(
+        f"{len(rows)} SASS instructions; executed {total:,.1f}"
+        + (f" per {args.per:g}" if args.per != 1.0 else "")
+    )
+    for op, c, smp in mix[: args.top]:
         print(f"  {op:28s} {c:12,.1f}  {100 * c / total:5.1f}%  samples {smp:8.0f}")
     print("stalls: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in stall_shares(rows)[:10]))
     return 0

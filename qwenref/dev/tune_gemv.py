@@ -11,6 +11,7 @@ bench.counting.bytes_gemv_q8), % of the 1 GiB device-copy ceiling measured in th
 per CTA) for a before/after line.
 --f32 also times the f32 GEMV variants against cuBLAS sgemm (gpu.linear).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ from ..gpu import gemv as G
 from ..gpu._runtime import _include_opts, cupy, kernel_source, module
 
 SHAPES = list(PROJS)
-BATCHES = 15                # fewer than the bench's 25: a sweep times many variants
+BATCHES = 15  # fewer than the bench's 25: a sweep times many variants
 
 
 def _time(fn, n_rot=1):
@@ -35,10 +36,16 @@ def _time(fn, n_rot=1):
 def _variants(kind, nb):
     """(rows, threads, unroll, name suffix) of every gemv.cu kernel for (kind, nb)."""
     src = kernel_source("gemv")
-    out = {(int(r), int(t), int(u), f"r{r}t{t}u{u}") for r, t, u in re.findall(
-        rf"GEMV_KERNEL\({kind}, \w+, {nb}, (\d+), (\d+), (\d+)\)", src)}
-    out |= {(int(r), int(t), int(u), f"r{r}t{t}u{u}m{m}") for r, t, u, m in re.findall(
-        rf"GEMV_KERNEL_MB\({kind}, \w+, {nb}, (\d+), (\d+), (\d+), (\d+)\)", src)}
+    out = {
+        (int(r), int(t), int(u), f"r{r}t{t}u{u}")
+        for r, t, u in re.findall(rf"GEMV_KERNEL\({kind}, \w+, {nb}, (\d+), (\d+), (\d+)\)", src)
+    }
+    out |= {
+        (int(r), int(t), int(u), f"r{r}t{t}u{u}m{m}")
+        for r, t, u, m in re.findall(
+            rf"GEMV_KERNEL_MB\({kind}, \w+, {nb}, (\d+), (\d+), (\d+), (\d+)\)", src
+        )
+    }
     return sorted(out)
 
 
@@ -47,8 +54,9 @@ def main(argv=None):
     ap.add_argument("--old", default=None)
     ap.add_argument("--nbs", default="1,4,8")
     ap.add_argument("--f32", action="store_true")
-    ap.add_argument("--shapes", default=None,
-                    help="comma-separated indices into bench.cases_gemv.PROJS")
+    ap.add_argument(
+        "--shapes", default=None, help="comma-separated indices into bench.cases_gemv.PROJS"
+    )
     args = ap.parse_args(argv)
     cp = cupy()
     l2 = timing.l2_bytes()
@@ -57,16 +65,20 @@ def main(argv=None):
     tmod = module("gemv", ("-DGEMV_TUNE",))
     old = None
     if args.old:
-        old = cp.RawModule(code=open(args.old).read(),
-                           options=("--std=c++17", "-default-device", *_include_opts()))
+        old = cp.RawModule(
+            code=open(args.old).read(), options=("--std=c++17", "-default-device", *_include_opts())
+        )
     nbs = [int(v) for v in args.nbs.split(",")]
     rows = []
 
     def line(shape, nb, var, us, nbytes, err):
         gbps = nbytes / (us * 1e-6) / 1e9
         rows.append((shape, nb, var, us, gbps, 100 * gbps / copy, err))
-        print(f"{shape:<22} nb={nb} {var:<24} {us:9.2f} us {gbps:7.0f} GB/s "
-              f"{100 * gbps / copy:5.1f}%  rel_err {err:.1e}", flush=True)
+        print(
+            f"{shape:<22} nb={nb} {var:<24} {us:9.2f} us {gbps:7.0f} GB/s "
+            f"{100 * gbps / copy:5.1f}%  rel_err {err:.1e}",
+            flush=True,
+        )
 
     shapes = SHAPES if not args.shapes else [SHAPES[int(i)] for i in args.shapes.split(",")]
     for name, n_out, n_in in shapes:
@@ -85,13 +97,29 @@ def main(argv=None):
 
             def err():
                 return float(cp.linalg.norm(y - ref) / cp.linalg.norm(ref))
+
             if old is not None:
                 fo = old.get_function(f"gemv_q8_nb{nb}")
 
                 def run_old(i):
-                    fo(((n_out + 15) // 16,), (128,), (
-                        x, qs[i][0], qs[i][1], y, cp.uint64(0), cp.int32(n_in), cp.int32(n_out),
-                        *(cp.int32(n_out),) * 4, cp.int32(0), cp.int32(nb), cp.int32(0)))
+                    fo(
+                        ((n_out + 15) // 16,),
+                        (128,),
+                        (
+                            x,
+                            qs[i][0],
+                            qs[i][1],
+                            y,
+                            cp.uint64(0),
+                            cp.int32(n_in),
+                            cp.int32(n_out),
+                            *(cp.int32(n_out),) * 4,
+                            cp.int32(0),
+                            cp.int32(nb),
+                            cp.int32(0),
+                        ),
+                    )
+
                 y.fill(cp.nan)
                 run_old(0)
                 line(name, nb, "old r16 (4 warps x 4)", _time(run_old, nr), nbytes, err())
@@ -99,15 +127,30 @@ def main(argv=None):
                 fn = tmod.get_function(f"gemv_q8_nb{nb}_{suffix}")
 
                 def run(i, fn=fn, r=r, t=t):
-                    fn(((n_out + r - 1) // r,), (t,), (
-                        x, qs[i][0], qs[i][1], y, cp.uint64(0), cp.int32(n_in), cp.int32(n_out),
-                        *(cp.int32(n_out),) * 4, cp.int32(0), cp.int32(nb), cp.int32(0)))
+                    fn(
+                        ((n_out + r - 1) // r,),
+                        (t,),
+                        (
+                            x,
+                            qs[i][0],
+                            qs[i][1],
+                            y,
+                            cp.uint64(0),
+                            cp.int32(n_in),
+                            cp.int32(n_out),
+                            *(cp.int32(n_out),) * 4,
+                            cp.int32(0),
+                            cp.int32(nb),
+                            cp.int32(0),
+                        ),
+                    )
+
                 y.fill(cp.nan)
                 run(0)
                 prod = G.pick_kernel("q8", nb, n_out)[2] == f"gemv_q8_nb{nb}_{suffix}"
                 tag = suffix + (" *" if prod else "")
                 line(name, nb, tag, _time(run, nr), nbytes, err())
-        qs = q = d = wdq = None                               # free before the next shape
+        qs = q = d = wdq = None  # free before the next shape
         cp.get_default_memory_pool().free_all_blocks()
 
     if args.f32:
@@ -124,18 +167,39 @@ def main(argv=None):
 
                 def err():
                     return float(cp.linalg.norm(y - ref) / cp.linalg.norm(ref))
+
                 y.fill(cp.nan)
                 G.linear(x, w, out=y)
-                line(name, nb, "f32 cuBLAS (linear)",
-                     _time(lambda i: G.linear(x, wl[i], out=y), nr), nbytes, err())
+                line(
+                    name,
+                    nb,
+                    "f32 cuBLAS (linear)",
+                    _time(lambda i: G.linear(x, wl[i], out=y), nr),
+                    nbytes,
+                    err(),
+                )
                 for r, t, u, suffix in _variants("f32", nb):
                     fn = tmod.get_function(f"gemv_f32_nb{nb}_{suffix}")
 
                     def run(i, fn=fn, r=r, t=t):
-                        fn(((n_out + r - 1) // r,), (t,), (
-                            x, wl[i], cp.uint64(0), y, cp.uint64(0), cp.int32(n_in),
-                            cp.int32(n_out), *(cp.int32(n_out),) * 4, cp.int32(0), cp.int32(nb),
-                            cp.int32(0)))
+                        fn(
+                            ((n_out + r - 1) // r,),
+                            (t,),
+                            (
+                                x,
+                                wl[i],
+                                cp.uint64(0),
+                                y,
+                                cp.uint64(0),
+                                cp.int32(n_in),
+                                cp.int32(n_out),
+                                *(cp.int32(n_out),) * 4,
+                                cp.int32(0),
+                                cp.int32(nb),
+                                cp.int32(0),
+                            ),
+                        )
+
                     y.fill(cp.nan)
                     run(0)
                     prod = G.pick_kernel("f32", nb, n_out)[2] == f"gemv_f32_nb{nb}_{suffix}"

@@ -13,19 +13,27 @@ Each split's (l, o) is accumulated relative to m *as rounded to float32*, so the
 (m, l, o) that a kernel or test sees is self-consistent: combining it loses nothing beyond the
 float32 rounding of l and o themselves.
 """
+
 import math
 
 import numpy as np
 
-from .._args import check_finite, f32_array, int_arg as _int_arg, real_array
+from .._args import check_finite, f32_array, real_array
+from .._args import int_arg as _int_arg
 from .._args import sparse_arg as _sparse_arg
 
-__all__ = ["default_n_splits", "split_bounds", "attn_partials", "attn_combine",
-           "decode_attention", "output_gate"]
+__all__ = [
+    "default_n_splits",
+    "split_bounds",
+    "attn_partials",
+    "attn_combine",
+    "decode_attention",
+    "output_gate",
+]
 
-CHUNK = 32                      # split boundaries fall on multiples of 32 tokens (cherenkov's qwen4_exp)
+CHUNK = 32  # split boundaries fall on multiples of 32 tokens (cherenkov's qwen4_exp)
 MAX_DEFAULT_SPLITS = 64
-LOG2E = 1.0 / math.log(2.0)     # log2(e): base-2 scores let kernels use exp2
+LOG2E = 1.0 / math.log(2.0)  # log2(e): base-2 scores let kernels use exp2
 
 
 # ---- argument checks (ValueError / TypeError naming the argument) ------------------------------
@@ -37,9 +45,9 @@ def _float_array(name, x, ndim):
 
 
 def _check_qkv(q, k, v):
-    q = _float_array("q", q, 2)                  # [H, D]
-    k = _float_array("k", k, 3)                  # [G, T, D]
-    v = _float_array("v", v, 3)                  # [G, T, D]
+    q = _float_array("q", q, 2)  # [H, D]
+    k = _float_array("k", k, 3)  # [G, T, D]
+    v = _float_array("v", v, 3)  # [G, T, D]
     nh, hd = q.shape
     nkv, T, _ = k.shape
     if k.shape[2] != hd:
@@ -55,7 +63,8 @@ def _check_qkv(q, k, v):
 
 # ---- splits ------------------------------------------------------------------------------------
 def default_n_splits(t_len):
-    """cherenkov's qwen4_exp heuristic: chunks = ceil(t_len / 32); clamp(ceil(chunks / 3), 1, 64)."""
+    """cherenkov's qwen4_exp heuristic: chunks = ceil(t_len / 32);
+    clamp(ceil(chunks / 3), 1, 64)."""
     t_len = _int_arg("t_len", t_len, 0)
     chunks = -(-t_len // CHUNK)
     return min(max(-(-chunks // 3), 1), MAX_DEFAULT_SPLITS)
@@ -81,14 +90,14 @@ def _scores2(q, k):
     """s[h, t] = q_h . k_{h // R, t} * hd**-0.5 * log2(e), float64 [H, T]."""
     nh, hd = q.shape
     nkv = k.shape[0]
-    qg = q.astype(np.float64).reshape(nkv, nh // nkv, hd)                  # [G, R, D]
-    s = np.einsum("grd,gtd->grt", qg, k.astype(np.float64))                # [G, R, T]
-    return s.reshape(nh, -1) * (hd ** -0.5 * LOG2E)                        # [H, T]
+    qg = q.astype(np.float64).reshape(nkv, nh // nkv, hd)  # [G, R, D]
+    s = np.einsum("grd,gtd->grt", qg, k.astype(np.float64))  # [G, R, T]
+    return s.reshape(nh, -1) * (hd**-0.5 * LOG2E)  # [H, T]
 
 
 def _sparse_keep(s, threshold):
     """keep[h, t] = p[h, t] >= threshold, p the row's exact softmax (global max and sum)."""
-    e = np.exp2(s - s.max(axis=-1, keepdims=True))                         # [H, T]
+    e = np.exp2(s - s.max(axis=-1, keepdims=True))  # [H, T]
     p = e / e.sum(axis=-1, keepdims=True)
     return p >= threshold
 
@@ -115,32 +124,34 @@ def _partials(q, k, v, n_splits, sparse_v):
     range rounds to inf (|v| near 1e38 / W), which decode_attention refuses."""
     nh, hd = q.shape
     nkv, T, _ = k.shape
-    S, W = n_splits, _split_width(T, n_splits)          # S·W >= T: pad, then one reshape
+    S, W = n_splits, _split_width(T, n_splits)  # S·W >= T: pad, then one reshape
 
-    s = _scores2(q, k)                                                      # [H, T]
+    s = _scores2(q, k)  # [H, T]
     s_pad = np.full((nh, S * W), -np.inf)
     s_pad[:, :T] = s
-    s_pad = s_pad.reshape(nh, S, W)                                         # [H, S, W]
+    s_pad = s_pad.reshape(nh, S, W)  # [H, S, W]
 
-    m = s_pad.max(axis=-1).astype(np.float32)                               # [H, S], -inf if empty
-    m_ref = np.where(np.isfinite(m), m, 0.0).astype(np.float64)            # no (-inf) - (-inf)
-    e = np.exp2(s_pad - m_ref[..., None])                                   # [H, S, W], pad -> 0
-    l = e.sum(axis=-1)                                                      # [H, S]
+    m = s_pad.max(axis=-1).astype(np.float32)  # [H, S], -inf if empty
+    m_ref = np.where(np.isfinite(m), m, 0.0).astype(np.float64)  # no (-inf) - (-inf)
+    e = np.exp2(s_pad - m_ref[..., None])  # [H, S, W], pad -> 0
+    l = e.sum(axis=-1)  # [H, S]
 
     if sparse_v > 0.0:
         keep = np.zeros((nh, S * W), bool)
         keep[:, :T] = _sparse_keep(s, sparse_v)
-        e = np.where(keep.reshape(nh, S, W), e, 0.0)                        # numerator only
+        e = np.where(keep.reshape(nh, S, W), e, 0.0)  # numerator only
 
     v_pad = np.zeros((nkv, S * W, hd))
     v_pad[:, :T] = v
-    e = e.reshape(nkv, nh // nkv, S, W)                                     # [G, R, S, W]
-    o = np.einsum("grsw,gswd->sgrd", e, v_pad.reshape(nkv, S, W, hd))       # [S, G, R, D]
+    e = e.reshape(nkv, nh // nkv, S, W)  # [G, R, S, W]
+    o = np.einsum("grsw,gswd->sgrd", e, v_pad.reshape(nkv, S, W, hd))  # [S, G, R, D]
 
     with np.errstate(over="ignore"):
-        return (np.ascontiguousarray(m.T),                                  # [S, H]
-                np.ascontiguousarray(l.T, dtype=np.float32),                # [S, H]
-                o.reshape(S, nh, hd).astype(np.float32))                    # [S, H, D]
+        return (
+            np.ascontiguousarray(m.T),  # [S, H]
+            np.ascontiguousarray(l.T, dtype=np.float32),  # [S, H]
+            o.reshape(S, nh, hd).astype(np.float32),
+        )  # [S, H, D]
 
 
 def attn_combine(m, l, o):
@@ -159,7 +170,7 @@ def attn_combine(m, l, o):
     m = m.astype(np.float64)
     if np.isnan(m).any() or (m == np.inf).any():
         raise ValueError("m must be finite or -inf (an empty split): it holds NaN or +inf")
-    check_finite("m", m[m != -np.inf])                          # within float32's range
+    check_finite("m", m[m != -np.inf])  # within float32's range
     l = real_array("l", l)
     if l.shape != m.shape:
         raise ValueError(f"l must have m's shape {m.shape}, got {l.shape}")
@@ -175,10 +186,10 @@ def attn_combine(m, l, o):
 
 def _combine(m, l, o):
     """attn_combine on checked float64 arguments."""
-    M = m.max(axis=0)                                                       # [H]
-    w = np.exp2(m - np.where(np.isfinite(M), M, 0.0))                       # [S, H], empty -> 0
-    L = (w * l).sum(axis=0)                                                 # [H]
-    num = np.einsum("sh,shd->hd", w, o)                                     # [H, D]
+    M = m.max(axis=0)  # [H]
+    w = np.exp2(m - np.where(np.isfinite(M), M, 0.0))  # [S, H], empty -> 0
+    L = (w * l).sum(axis=0)  # [H]
+    num = np.einsum("sh,shd->hd", w, o)  # [H, D]
     has = L > 0
     L_safe = np.where(has, L, 1.0)
     out = num / L_safe[:, None]
@@ -192,8 +203,9 @@ def decode_attention(q, k, v, n_splits=None, sparse_v=0.0):
     q [nh, hd], k, v [nkv, T, hd] -> float32 [nh, hd].
     """
     q, k, v = _check_qkv(q, k, v)
-    n_splits = (default_n_splits(k.shape[1]) if n_splits is None
-                else _int_arg("n_splits", n_splits, 1))
+    n_splits = (
+        default_n_splits(k.shape[1]) if n_splits is None else _int_arg("n_splits", n_splits, 1)
+    )
     sparse_v = _sparse_arg(sparse_v)
     m, l, o = _partials(q, k, v, n_splits, sparse_v)
     if not np.isfinite(o).all():
@@ -214,6 +226,6 @@ def output_gate(o, gate):
     check_finite("o", o)
     check_finite("gate", gate)
     g = gate.astype(np.float64)
-    z = np.exp(-np.abs(g))                                                  # in (0, 1]
+    z = np.exp(-np.abs(g))  # in (0, 1]
     sig = np.where(g >= 0, 1.0 / (1.0 + z), z / (1.0 + z))
     return (o.astype(np.float64) * sig).astype(np.float32)

@@ -16,15 +16,25 @@ Precision: the block mean and the scores are accumulated in float64 and rounded 
 norm and RoPE are golden.norm / golden.rope (float32 norm, float64 angles). Selection works on
 the float32 scores, so "exact ties" means equal float32 scores (0.0 and -0.0 tie).
 """
+
 import numpy as np
 
-from .._args import f32_array, finite_float_arg, int_arg as _int_arg, weight_array
+from .._args import f32_array, finite_float_arg, weight_array
+from .._args import int_arg as _int_arg
 from ..config import AttnConfig
 from .norm import rms_norm_core
 from .rope import apply_rope_core
 
-__all__ = ["indexer_project", "indexer_queries", "block_keys", "update_block_keys",
-           "block_scores", "select_blocks", "visible_tokens", "row_selection"]
+__all__ = [
+    "indexer_project",
+    "indexer_queries",
+    "block_keys",
+    "update_block_keys",
+    "block_scores",
+    "select_blocks",
+    "visible_tokens",
+    "row_selection",
+]
 
 
 # ---- argument checks (ValueError / TypeError naming the argument) ------------------------------
@@ -59,8 +69,7 @@ def _rotary_arg(rotary_dim, width):
 
 
 def _theta_eps(theta, eps):
-    return (finite_float_arg("theta", theta, 0.0, strict=True),
-            finite_float_arg("eps", eps, 0.0))
+    return (finite_float_arg("theta", theta, 0.0, strict=True), finite_float_arg("eps", eps, 0.0))
 
 
 # ---- projection, queries, block keys -----------------------------------------------------------
@@ -71,15 +80,17 @@ def indexer_project(h, w_qk, inh, ihd):
     """
     inh = _int_arg("inh", inh, 1)
     ihd = _int_arg("ihd", ihd, 1)
-    h = _float_array("h", h, 2)                                  # [nb, hidden]
-    w_qk = weight_array("w_qk", w_qk)                            # [(inh+1)·ihd, hidden]
+    h = _float_array("h", h, 2)  # [nb, hidden]
+    w_qk = weight_array("w_qk", w_qk)  # [(inh+1)·ihd, hidden]
     if w_qk.shape != ((inh + 1) * ihd, h.shape[1]):
-        raise ValueError(f"w_qk must have shape ({(inh + 1) * ihd}, {h.shape[1]}) "
-                         f"= ((inh+1)·ihd, hidden), got {w_qk.shape}")
-    y = np.matmul(h, w_qk.T)                                     # [nb, (inh+1)·ihd]
+        raise ValueError(
+            f"w_qk must have shape ({(inh + 1) * ihd}, {h.shape[1]}) "
+            f"= ((inh+1)·ihd, hidden), got {w_qk.shape}"
+        )
+    y = np.matmul(h, w_qk.T)  # [nb, (inh+1)·ihd]
     nb = h.shape[0]
-    q_raw = np.ascontiguousarray(y[:, :inh * ihd]).reshape(nb, inh, ihd)
-    k_raw = np.ascontiguousarray(y[:, inh * ihd:])               # [nb, ihd]
+    q_raw = np.ascontiguousarray(y[:, : inh * ihd]).reshape(nb, inh, ihd)
+    k_raw = np.ascontiguousarray(y[:, inh * ihd :])  # [nb, ihd]
     return q_raw, k_raw
 
 
@@ -98,7 +109,7 @@ def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6):
     rms_norm is the zero-centred form (x / rms · (1 + w)); RoPE rotates the first rotary_dim
     dims of each head (rotate-half) at the row's position.
     """
-    q_raw = _float_array("q_raw", q_raw, 3)                      # [nb, inh, ihd]
+    q_raw = _float_array("q_raw", q_raw, 3)  # [nb, inh, ihd]
     nb, _, ihd = q_raw.shape
     q_norm_w = _weight("q_norm_w", q_norm_w, ihd)
     positions = _positions(positions, nb)
@@ -106,8 +117,9 @@ def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6):
     theta, eps = _theta_eps(theta, eps)
     if ihd == 0:
         raise ValueError(f"q_raw must have a non-empty last axis, got shape {q_raw.shape}")
-    return apply_rope_core(rms_norm_core(q_raw, q_norm_w, eps, True, "q_raw"), positions,
-                           rotary_dim, theta)
+    return apply_rope_core(
+        rms_norm_core(q_raw, q_norm_w, eps, True, "q_raw"), positions, rotary_dim, theta
+    )
 
 
 def block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps=1e-6):
@@ -116,16 +128,18 @@ def block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps=1e-6):
     raw_keys: [T, ihd]; blocks: int [nj]. Returns float32 [nj, ihd].
     The mean is taken in float64 and rounded to float32 before the (float32) norm.
     """
-    raw_keys = _float_array("raw_keys", raw_keys, 2)             # [T, ihd]
+    raw_keys = _float_array("raw_keys", raw_keys, 2)  # [T, ihd]
     T, ihd = raw_keys.shape
-    blocks = _int_array("blocks", blocks)                        # [nj]
+    blocks = _int_array("blocks", blocks)  # [nj]
     R = _int_arg("R", R, 1)
     k_norm_w = _weight("k_norm_w", k_norm_w, ihd)
     rotary_dim = _rotary_arg(rotary_dim, ihd)
     theta, eps = _theta_eps(theta, eps)
     if ((blocks < 0) | ((blocks + 1) * R > T)).any():
-        raise ValueError(f"blocks must be complete blocks of raw_keys: 0 <= j < {T // R} "
-                         f"(T = {T}, R = {R}), got {blocks.tolist()}")
+        raise ValueError(
+            f"blocks must be complete blocks of raw_keys: 0 <= j < {T // R} "
+            f"(T = {T}, R = {R}), got {blocks.tolist()}"
+        )
     if ihd == 0:
         raise ValueError(f"raw_keys must have a non-empty last axis, got shape {raw_keys.shape}")
     return _block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps, "raw_keys")
@@ -135,10 +149,11 @@ def _block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps, name):
     """block_keys on checked arguments."""
     if blocks.size == 0:
         return np.zeros((0, raw_keys.shape[1]), np.float32)
-    tok = blocks[:, None] * R + np.arange(R)                     # [nj, R]
+    tok = blocks[:, None] * R + np.arange(R)  # [nj, R]
     mean = raw_keys[tok].astype(np.float64).mean(axis=1).astype(np.float32)  # [nj, ihd]
-    return apply_rope_core(rms_norm_core(mean, k_norm_w, eps, True, name), blocks * R,
-                           rotary_dim, theta)
+    return apply_rope_core(
+        rms_norm_core(mean, k_norm_w, eps, True, name), blocks * R, rotary_dim, theta
+    )
 
 
 def update_block_keys(cache, k_norm_w, cfg, t0, t1):
@@ -155,12 +170,14 @@ def update_block_keys(cache, k_norm_w, cfg, t0, t1):
         raise ValueError("cfg has no indexer (indexer_* fields unset)")
     idx_keys, blk_keys = getattr(cache, "idx_keys", None), getattr(cache, "blk_keys", None)
     if not (isinstance(idx_keys, np.ndarray) and isinstance(blk_keys, np.ndarray)):
-        raise ValueError("cache holds no indexer state on the host (idx_keys / blk_keys must "
-                         "be numpy arrays)")
+        raise ValueError(
+            "cache holds no indexer state on the host (idx_keys / blk_keys must be numpy arrays)"
+        )
     ihd, R = cfg.indexer_head_dim, cfg.indexer_compress_ratio
     if idx_keys.ndim != 2 or idx_keys.shape[1] != ihd or blk_keys.shape[1:] != (ihd,):
-        raise ValueError(f"cache's indexer state has width {idx_keys.shape[1:]}, cfg says "
-                         f"indexer_head_dim {ihd}")
+        raise ValueError(
+            f"cache's indexer state has width {idx_keys.shape[1:]}, cfg says indexer_head_dim {ihd}"
+        )
     k_norm_w = _weight("k_norm_w", k_norm_w, ihd)
     t0 = _int_arg("t0", t0, 0)
     t1 = _int_arg("t1", t1, 0)
@@ -168,16 +185,25 @@ def update_block_keys(cache, k_norm_w, cfg, t0, t1):
         raise ValueError(f"t1 ({t1}) must be >= t0 ({t0})")
     if t1 > len(cache):
         raise ValueError(f"t1 ({t1}) must be <= len(cache) ({len(cache)})")
-    blocks = np.arange(t0 // R, t1 // R, dtype=np.int64)         # [nj]
+    blocks = np.arange(t0 // R, t1 // R, dtype=np.int64)  # [nj]
     if blocks.size and blocks[-1] >= blk_keys.shape[0]:
-        raise ValueError(f"cache.blk_keys has {blk_keys.shape[0]} rows, block "
-                         f"{int(blocks[-1])} does not fit")
+        raise ValueError(
+            f"cache.blk_keys has {blk_keys.shape[0]} rows, block {int(blocks[-1])} does not fit"
+        )
     if blocks.size:
         raw = idx_keys[:t1]
-        if not np.isfinite(raw[blocks[0] * R:(blocks[-1] + 1) * R]).all():
+        if not np.isfinite(raw[blocks[0] * R : (blocks[-1] + 1) * R]).all():
             raise ValueError("cache.idx_keys holds NaN or +-inf in the blocks to update")
-        blk_keys[blocks] = _block_keys(raw, blocks, R, k_norm_w, cfg.indexer_rotary_dim,
-                                       cfg.rope_theta, cfg.rms_norm_eps, "cache.idx_keys")
+        blk_keys[blocks] = _block_keys(
+            raw,
+            blocks,
+            R,
+            k_norm_w,
+            cfg.indexer_rotary_dim,
+            cfg.rope_theta,
+            cfg.rms_norm_eps,
+            "cache.idx_keys",
+        )
     return blocks
 
 
@@ -187,13 +213,13 @@ def block_scores(q, bkeys):
 
     float64 dot products and sum, rounded to float32 once.
     """
-    q = _float_array("q", q, 2)                                  # [inh, ihd]
-    bkeys = _float_array("bkeys", bkeys, 2)                      # [nc, ihd]
+    q = _float_array("q", q, 2)  # [inh, ihd]
+    bkeys = _float_array("bkeys", bkeys, 2)  # [nc, ihd]
     ihd = q.shape[1]
     if bkeys.shape[1] != ihd:
         raise ValueError(f"bkeys must have shape [nc, {ihd}], got {bkeys.shape}")
     d = np.einsum("hd,cd->hc", q.astype(np.float64), bkeys.astype(np.float64))  # [inh, nc]
-    return (np.maximum(d, 0.0).sum(axis=0) * ihd ** -0.5).astype(np.float32)
+    return (np.maximum(d, 0.0).sum(axis=0) * ihd**-0.5).astype(np.float32)
 
 
 def select_blocks(scores, kblk):
@@ -204,7 +230,7 @@ def select_blocks(scores, kblk):
     (-score, index).
     """
     kblk = _int_arg("kblk", kblk, 1)
-    scores = _float_array("scores", scores, 1)                   # [nc]
+    scores = _float_array("scores", scores, 1)  # [nc]
     nc = scores.shape[0]
     if nc < kblk:
         raise ValueError(f"scores must cover at least kblk = {kblk} blocks, got {nc}")
@@ -213,7 +239,7 @@ def select_blocks(scores, kblk):
 
 def _select(scores, kblk):
     nc = scores.shape[0]
-    others = np.argsort(-scores[:-1], kind="stable")[:kblk - 1]  # best first, ties: lower index
+    others = np.argsort(-scores[:-1], kind="stable")[: kblk - 1]  # best first, ties: lower index
     return np.sort(np.append(others, nc - 1)).astype(np.int64)
 
 
@@ -228,13 +254,14 @@ def visible_tokens(t, blocks, R):
     blocks = _int_array("blocks", blocks)
     nc = (t + 1) // R
     if ((blocks < 0) | (blocks >= nc)).any():
-        raise ValueError(f"blocks must be complete blocks of row t={t}: 0 <= j < {nc}, "
-                         f"got {blocks.tolist()}")
+        raise ValueError(
+            f"blocks must be complete blocks of row t={t}: 0 <= j < {nc}, got {blocks.tolist()}"
+        )
     blocks = np.sort(blocks)
     if (np.diff(blocks) == 0).any():
         raise ValueError(f"blocks must be distinct, got {blocks.tolist()}")
-    kept = (blocks[:, None] * R + np.arange(R)).reshape(-1)      # [kblk·R], ascending
-    tail = np.arange(nc * R, t + 1, dtype=np.int64)              # [(t+1) - nc·R]
+    kept = (blocks[:, None] * R + np.arange(R)).reshape(-1)  # [kblk·R], ascending
+    tail = np.arange(nc * R, t + 1, dtype=np.int64)  # [(t+1) - nc·R]
     mask = np.zeros(nc, bool)
     mask[blocks] = True
     return np.concatenate([kept, tail]), mask
@@ -247,7 +274,7 @@ def row_selection(t, q, bkeys, R, kblk):
     t = _int_arg("t", t, 0)
     R = _int_arg("R", R, 1)
     kblk = _int_arg("kblk", kblk, 1)
-    q = _float_array("q", q, 2)                                  # [inh, ihd]
+    q = _float_array("q", q, 2)  # [inh, ihd]
     bkeys = _float_array("bkeys", bkeys, 2)
     if bkeys.shape[1] != q.shape[1]:
         raise ValueError(f"bkeys must have shape [nc, {q.shape[1]}], got {bkeys.shape}")

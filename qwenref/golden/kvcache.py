@@ -17,6 +17,7 @@ rounding of the scale are float32 operations, the scale is stored as float16 wit
 nearest even). Both dequantizers are exact in float32: an int8 (or a half-integer code level,
 at most 8 significant bits) times a float16 scale (11 bits) fits in float32's 24 bits.
 """
+
 import ml_dtypes
 import numpy as np
 
@@ -25,9 +26,21 @@ from ..kvcache_base import KVCacheBase
 from ..layout import CACHE_KINDS, Q8_GROUP, Q8_LIMIT, TURBO_GROUP, turbo_bits, turbo_limit
 from .wht import wht_core
 
-__all__ = ["CACHE_KINDS", "q8_quantize", "q8_quantize_core", "q8_dequantize", "turbo_quantize",
-           "turbo_quantize_core", "turbo_dequantize", "turbo_pack", "turbo_unpack", "bf16_round",
-           "bf16_bits", "bf16_from_bits", "KVCache"]
+__all__ = [
+    "CACHE_KINDS",
+    "q8_quantize",
+    "q8_quantize_core",
+    "q8_dequantize",
+    "turbo_quantize",
+    "turbo_quantize_core",
+    "turbo_dequantize",
+    "turbo_pack",
+    "turbo_unpack",
+    "bf16_round",
+    "bf16_bits",
+    "bf16_from_bits",
+    "KVCache",
+]
 
 
 # ---- argument checks ------------------------------------------------------------------------
@@ -56,7 +69,7 @@ def _round_half_away(v):
     to even, and trunc(v + 0.5·sign) is wrong at 0.49999997 (the add rounds up to 1)."""
     a = np.abs(v)
     f = np.floor(a)
-    r = f + (a - f >= np.float32(0.5))           # a - f is exact in float32 for |v| < 2**23
+    r = f + (a - f >= np.float32(0.5))  # a - f is exact in float32 for |v| < 2**23
     return np.copysign(r, v)
 
 
@@ -77,12 +90,12 @@ def q8_quantize(x):
 def q8_quantize_core(x):
     """q8_quantize's formula on a checked finite float32 x; d may hold inf (a group at or past
     layout.Q8_LIMIT): the caller checks it with check_scales, naming its own argument."""
-    xg = _groups("x", x, Q8_GROUP)                                           # [..., g, 32]
-    amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))                # [..., g]
-    d32 = amax / np.float32(127)                                             # [..., g] f32
+    xg = _groups("x", x, Q8_GROUP)  # [..., g, 32]
+    amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))  # [..., g]
+    d32 = amax / np.float32(127)  # [..., g] f32
     with np.errstate(divide="ignore"):
-        inv = np.where(d32 != 0, np.float32(1) / d32, np.float32(0))         # [..., g] f32
-    q = _round_half_away(xg * inv[..., None])                                # [..., g, 32] f32
+        inv = np.where(d32 != 0, np.float32(1) / d32, np.float32(0))  # [..., g] f32
+    q = _round_half_away(xg * inv[..., None])  # [..., g, 32] f32
     with np.errstate(over="ignore"):
         return q.astype(np.int8).reshape(x.shape), d32.astype(np.float16)
 
@@ -91,10 +104,11 @@ def q8_dequantize(q, d):
     """q * float32(d), broadcast over groups of 32. Returns float32 [..., n]."""
     q = _typed_array("q", q, np.int8)
     d = _typed_array("d", d, np.float16)
-    qg = _groups("q", q, Q8_GROUP)                                           # [..., g, 32]
+    qg = _groups("q", q, Q8_GROUP)  # [..., g, 32]
     if d.shape != qg.shape[:-1]:
-        raise ValueError(f"d must have shape {qg.shape[:-1]} (one scale per 32 of q), "
-                         f"got {d.shape}")
+        raise ValueError(
+            f"d must have shape {qg.shape[:-1]} (one scale per 32 of q), got {d.shape}"
+        )
     check_finite("d", d)
     return (qg.astype(np.float32) * d.astype(np.float32)[..., None]).reshape(q.shape)
 
@@ -112,9 +126,9 @@ def turbo_pack(c, bits):
     if c.size and (c.min() < 0 or c.max() >= 1 << bits):
         raise ValueError(f"c must hold codes in [0, {(1 << bits) - 1}] for bits={bits}")
     shifts = np.arange(bits, dtype=np.uint8)
-    b = (c.astype(np.uint8)[..., None] >> shifts) & 1                        # [..., 16, bits]
-    b = b.reshape(c.shape[:-1] + (TURBO_GROUP * bits,))                      # stream bit n*i+j
-    return np.packbits(b, axis=-1, bitorder="little")                        # [..., 2*bits]
+    b = (c.astype(np.uint8)[..., None] >> shifts) & 1  # [..., 16, bits]
+    b = b.reshape(c.shape[:-1] + (TURBO_GROUP * bits,))  # stream bit n*i+j
+    return np.packbits(b, axis=-1, bitorder="little")  # [..., 2*bits]
 
 
 def turbo_unpack(packed, bits):
@@ -122,12 +136,13 @@ def turbo_unpack(packed, bits):
     bits = bits_arg(bits)
     packed = _typed_array("packed", packed, np.uint8)
     if packed.ndim < 1 or packed.shape[-1] != 2 * bits:
-        raise ValueError(f"packed's last axis must be {2 * bits} bytes for bits={bits}, "
-                         f"got shape {packed.shape}")
-    b = np.unpackbits(packed, axis=-1, bitorder="little")                    # [..., 16*bits]
-    b = b.reshape(packed.shape[:-1] + (TURBO_GROUP, bits))                   # [..., 16, bits]
+        raise ValueError(
+            f"packed's last axis must be {2 * bits} bytes for bits={bits}, got shape {packed.shape}"
+        )
+    b = np.unpackbits(packed, axis=-1, bitorder="little")  # [..., 16*bits]
+    b = b.reshape(packed.shape[:-1] + (TURBO_GROUP, bits))  # [..., 16, bits]
     weights = (1 << np.arange(bits)).astype(np.uint8)
-    return (b * weights).sum(axis=-1, dtype=np.uint16).astype(np.uint8)      # [..., 16]
+    return (b * weights).sum(axis=-1, dtype=np.uint16).astype(np.uint8)  # [..., 16]
 
 
 def turbo_quantize(x, bits):
@@ -149,12 +164,12 @@ def turbo_quantize(x, bits):
 def turbo_quantize_core(x, bits):
     """turbo_quantize's formula on a checked finite float32 x and bits; d may hold inf (a group
     at or past layout.turbo_limit(bits)): the caller checks it with check_scales."""
-    xg = _groups("x", x, TURBO_GROUP)                                        # [..., g, 16]
-    amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))                # [..., g]
-    d32 = amax / np.float32(((1 << bits) - 1) / 2)                           # [..., g] f32
+    xg = _groups("x", x, TURBO_GROUP)  # [..., g, 16]
+    amax = np.max(np.abs(xg), axis=-1, initial=np.float32(0))  # [..., g]
+    d32 = amax / np.float32(((1 << bits) - 1) / 2)  # [..., g] f32
     with np.errstate(divide="ignore"):
-        inv = np.where(d32 != 0, np.float32(1) / d32, np.float32(0))         # [..., g] f32
-    c = np.floor(xg * inv[..., None] + np.float32(1 << (bits - 1)))          # [..., g, 16] f32
+        inv = np.where(d32 != 0, np.float32(1) / d32, np.float32(0))  # [..., g] f32
+    c = np.floor(xg * inv[..., None] + np.float32(1 << (bits - 1)))  # [..., g, 16] f32
     c = np.clip(c, 0, (1 << bits) - 1).astype(np.uint8)
     with np.errstate(over="ignore"):
         return turbo_pack(c, bits), d32.astype(np.float16)
@@ -164,18 +179,19 @@ def turbo_dequantize(codes, d, bits):
     """(c - (2**bits - 1) / 2) * float32(d). Returns float32 [..., n]."""
     bits = bits_arg(bits)
     d = _typed_array("d", d, np.float16)
-    c = turbo_unpack(codes, bits)                                            # [..., g, 16]
+    c = turbo_unpack(codes, bits)  # [..., g, 16]
     if d.shape != c.shape[:-1]:
-        raise ValueError(f"d must have shape {c.shape[:-1]} (one scale per group of codes), "
-                         f"got {d.shape}")
+        raise ValueError(
+            f"d must have shape {c.shape[:-1]} (one scale per group of codes), got {d.shape}"
+        )
     check_finite("d", d)
-    level = c.astype(np.float32) - np.float32(((1 << bits) - 1) / 2)         # [..., g, 16]
+    level = c.astype(np.float32) - np.float32(((1 << bits) - 1) / 2)  # [..., g, 16]
     y = level * d.astype(np.float32)[..., None]
     return y.reshape(c.shape[:-2] + (c.shape[-2] * TURBO_GROUP,))
 
 
 # ---- bf16 -----------------------------------------------------------------------------------
-_BF16_EXP = np.uint16(0x7F80)       # exponent all ones: +-inf or NaN
+_BF16_EXP = np.uint16(0x7F80)  # exponent all ones: +-inf or NaN
 _BF16_RANGE = "holds values of magnitude >= 3.3961e38, which round to +-inf in bf16"
 
 
@@ -260,8 +276,9 @@ class KVCache(KVCacheBase):
         if self._index_k_given(index_k):
             index_k = _typed_array("index_k", index_k, np.float32)
             if index_k.shape != (nb, cfg.indexer_head_dim):
-                raise ValueError(f"index_k must be [{nb}, {cfg.indexer_head_dim}], "
-                                 f"got shape {index_k.shape}")
+                raise ValueError(
+                    f"index_k must be [{nb}, {cfg.indexer_head_dim}], got shape {index_k.shape}"
+                )
             check_finite("index_k", index_k)
         check_finite("k", k)
         check_finite("v", v)
@@ -272,9 +289,13 @@ class KVCache(KVCacheBase):
         Both sides are encoded before either is written: a value a format cannot store is
         refused (ValueError naming k or v) and nothing is written."""
         t1 = t0 + k.shape[0]
-        encoded = [(store, _side_encode(side, x.transpose(1, 0, 2), name))  # [nkv, nb, ...]
-                   for side, store, x, name in ((self.k_kind, self.k_store, k, "k"),
-                                                (self.v_kind, self.v_store, v, "v"))]
+        encoded = [
+            (store, _side_encode(side, x.transpose(1, 0, 2), name))  # [nkv, nb, ...]
+            for side, store, x, name in (
+                (self.k_kind, self.k_store, k, "k"),
+                (self.v_kind, self.v_store, v, "v"),
+            )
+        ]
         for store, arrays in encoded:
             for name, a in arrays.items():
                 store[name][:, t0:t1] = a
@@ -297,15 +318,17 @@ class KVCache(KVCacheBase):
         leaves the cache exactly as it was. Copies nb token slots (and their blocks)."""
         t0 = self.length
         t1 = min(t0 + nb, self.max_t)
-        where = [(a, np.s_[:, t0:t1]) for store in (self.k_store, self.v_store)
-                 for a in store.values()]
+        where = [
+            (a, np.s_[:, t0:t1]) for store in (self.k_store, self.v_store) for a in store.values()
+        ]
         if self.idx_keys is not None:
             R = self.cfg.indexer_compress_ratio
-            where += [(self.idx_keys, np.s_[t0:t1]), (self.blk_keys, np.s_[t0 // R:t1 // R + 1])]
+            where += [(self.idx_keys, np.s_[t0:t1]), (self.blk_keys, np.s_[t0 // R : t1 // R + 1])]
         saved = [(a, i, a[i].copy()) for a, i in where]
 
         def restore():
             for a, i, old in saved:
                 a[i] = old
             self.length = t0
+
         return restore

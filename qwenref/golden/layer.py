@@ -11,6 +11,7 @@
 Shape letters: nb rows, nh q heads, nkv kv heads, hd head_dim, H hidden.
 The layer holds weights only; every per-sequence state lives in the KVCache.
 """
+
 import contextlib
 
 import numpy as np
@@ -40,8 +41,9 @@ def linear(x, w):
         raise ValueError(f"x must have at least one axis [..., in], got shape {x.shape}")
     w = weight_array("w", w)
     if x.shape[-1] != w.shape[1]:
-        raise ValueError(f"w must be [out, {x.shape[-1]}] to match x's last axis, got x "
-                         f"{x.shape}, w {w.shape}")
+        raise ValueError(
+            f"w must be [out, {x.shape[-1]}] to match x's last axis, got x {x.shape}, w {w.shape}"
+        )
     return _linear(x, w)
 
 
@@ -65,13 +67,16 @@ def mlp(x, w_gate, w_up, w_down):
     w_up = weight_array("w_up", w_up)
     w_down = weight_array("w_down", w_down)
     if w_gate.shape[1] != x.shape[-1]:
-        raise ValueError(f"w_gate must be [I, {x.shape[-1]}] to match x's last axis, got x "
-                         f"{x.shape}, w_gate {w_gate.shape}")
+        raise ValueError(
+            f"w_gate must be [I, {x.shape[-1]}] to match x's last axis, got x "
+            f"{x.shape}, w_gate {w_gate.shape}"
+        )
     if w_up.shape != w_gate.shape:
         raise ValueError(f"w_up must have w_gate's shape {w_gate.shape}, got {w_up.shape}")
     if w_down.shape != w_gate.shape[::-1]:
-        raise ValueError(f"w_down must have shape {w_gate.shape[::-1]} = [H, I], got "
-                         f"{w_down.shape}")
+        raise ValueError(
+            f"w_down must have shape {w_gate.shape[::-1]} = [H, I], got {w_down.shape}"
+        )
     return _linear(_silu(_linear(x, w_gate)) * _linear(x, w_up), w_down)
 
 
@@ -80,8 +85,9 @@ def quantize_weight_q8(w):
     dim (groups of 32), dequantized to float32. Returns (dequantized w, q, d)."""
     w = f32_array("w", w)
     if w.ndim < 1 or w.shape[-1] % Q8_GROUP:
-        raise ValueError(f"w's last axis (the input dim) must be a multiple of {Q8_GROUP}, got "
-                         f"shape {w.shape}")
+        raise ValueError(
+            f"w's last axis (the input dim) must be a multiple of {Q8_GROUP}, got shape {w.shape}"
+        )
     q, d = q8_quantize_core(w)
     check_scales("w", d, Q8_LIMIT)
     return q8_dequantize(q, d), q, d
@@ -103,8 +109,10 @@ def _all_or_nothing(cache, nb, name):
         if isinstance(e, ValueError):
             # an enclosing step (forward around attention) re-reports the stage's own message
             detail = getattr(e, "detail", str(e))
-            err = ValueError(f"{name}: a value computed from {name} is out of range ({detail}); "
-                             f"the cache is unchanged")
+            err = ValueError(
+                f"{name}: a value computed from {name} is out of range ({detail}); "
+                f"the cache is unchanged"
+            )
             err.detail = detail
             raise err from e
         raise
@@ -151,16 +159,21 @@ class FullAttentionLayer:
         intermediates (h, q, k, v, gate, selections, attn, ...) for notebooks and GPU tests.
         """
         x = self._check_step("x", x, base_pos, cache, trace)
-        tr = {}                                           # goes to `trace` only on success
+        tr = {}  # goes to `trace` only on success
         with _all_or_nothing(cache, x.shape[0], "x"):
             h = rms_norm(x, self.w["input_layernorm.weight"], self.cfg.rms_norm_eps)
             attn = self.attention(h, base_pos, cache, tr)
-            hn, x1 = add_rms_norm(attn, x, self.w["post_attention_layernorm.weight"],
-                                  self.cfg.rms_norm_eps)
+            hn, x1 = add_rms_norm(
+                attn, x, self.w["post_attention_layernorm.weight"], self.cfg.rms_norm_eps
+            )
             y = x1
             if self.has_mlp:
-                y = x1 + mlp(hn, self.w["mlp.gate_proj.weight"], self.w["mlp.up_proj.weight"],
-                             self.w["mlp.down_proj.weight"])
+                y = x1 + mlp(
+                    hn,
+                    self.w["mlp.gate_proj.weight"],
+                    self.w["mlp.up_proj.weight"],
+                    self.w["mlp.down_proj.weight"],
+                )
             check_finite("y", y)
         if trace is not None:
             trace.update(tr, h=h, attn_out=attn, x1=x1, h2=hn, y=y)
@@ -176,43 +189,70 @@ class FullAttentionLayer:
             qg = linear(h, w["self_attn.q_proj.weight"]).reshape(nb, c.nh, 2 * hd)
             k = linear(h, w["self_attn.k_proj.weight"]).reshape(nb, c.nkv, hd)
             v = linear(h, w["self_attn.v_proj.weight"]).reshape(nb, c.nkv, hd)
-            q, k = qk_norm_rope(qg, k, w["self_attn.q_norm.weight"], w["self_attn.k_norm.weight"],
-                                pos, c.rotary_dim, c.rope_theta, c.rms_norm_eps)
+            q, k = qk_norm_rope(
+                qg,
+                k,
+                w["self_attn.q_norm.weight"],
+                w["self_attn.k_norm.weight"],
+                pos,
+                c.rotary_dim,
+                c.rope_theta,
+                c.rms_norm_eps,
+            )
             gate = qg[..., hd:]
 
             index_k = iq = None
             if c.has_indexer:
-                iq_raw, index_k = indexer_project(h, w["self_attn.indexer.qk_proj.weight"],
-                                                  c.indexer_n_heads, c.indexer_head_dim)
-                iq = indexer_queries(iq_raw, w["self_attn.indexer.q_norm.weight"], pos,
-                                     c.indexer_rotary_dim, c.rope_theta, c.rms_norm_eps)
+                iq_raw, index_k = indexer_project(
+                    h, w["self_attn.indexer.qk_proj.weight"], c.indexer_n_heads, c.indexer_head_dim
+                )
+                iq = indexer_queries(
+                    iq_raw,
+                    w["self_attn.indexer.q_norm.weight"],
+                    pos,
+                    c.indexer_rotary_dim,
+                    c.rope_theta,
+                    c.rms_norm_eps,
+                )
             cache.append(k, v, index_k=index_k)
             if c.has_indexer:
-                update_block_keys(cache, w["self_attn.indexer.k_norm.weight"], c, base_pos,
-                                  base_pos + nb)
+                update_block_keys(
+                    cache, w["self_attn.indexer.k_norm.weight"], c, base_pos, base_pos + nb
+                )
 
             keys, values = cache.keys(base_pos + nb), cache.values(base_pos + nb)  # [nkv, T, hd]
-            q_att = wht(q) if cache.k_rotated else q        # (Hq)·(Hk) = q·k
+            q_att = wht(q) if cache.k_rotated else q  # (Hq)·(Hk) = q·k
             out = np.empty((nb, c.nh, hd), np.float32)
             selections = []
-            for b in range(nb):                             # rows differ in length and selection
+            for b in range(nb):  # rows differ in length and selection
                 t = base_pos + b
                 if c.has_indexer:
-                    idx, mask = row_selection(t, iq[b], cache.blk_keys,
-                                              c.indexer_compress_ratio, c.kblk)
+                    idx, mask = row_selection(
+                        t, iq[b], cache.blk_keys, c.indexer_compress_ratio, c.kblk
+                    )
                 else:
                     idx, mask = np.arange(t + 1), None
                 selections.append((idx, mask))
-                o = decode_attention(q_att[b], keys[:, idx], values[:, idx], self.n_splits,
-                                     self.sparse_v)
+                o = decode_attention(
+                    q_att[b], keys[:, idx], values[:, idx], self.n_splits, self.sparse_v
+                )
                 if cache.v_rotated:
-                    o = wht(o, inverse=True)                # Σ p·Hv = H Σ p·v
+                    o = wht(o, inverse=True)  # Σ p·Hv = H Σ p·v
                 out[b] = output_gate(o, gate[b])
             attn = linear(out.reshape(nb, c.nh * hd), w["self_attn.o_proj.weight"])
             check_finite("attn", attn)
         if trace is not None:
-            trace.update(qg=qg, q=q, k=k, v=v, gate=gate, index_q=iq, index_k=index_k,
-                         selections=selections, attn_heads=out)
+            trace.update(
+                qg=qg,
+                q=q,
+                k=k,
+                v=v,
+                gate=gate,
+                index_q=iq,
+                index_k=index_k,
+                selections=selections,
+                attn_heads=out,
+            )
         return attn
 
     def _check_step(self, name, x, base_pos, cache, trace):
@@ -235,8 +275,10 @@ class FullAttentionLayer:
         if base_pos != len(cache):
             raise ValueError(f"base_pos ({base_pos}) must equal len(cache) ({len(cache)})")
         if len(cache) + x.shape[0] > cache.max_t:
-            raise ValueError(f"{name}: {x.shape[0]} rows after the {len(cache)} stored exceed "
-                             f"the cache's max_t={cache.max_t}")
+            raise ValueError(
+                f"{name}: {x.shape[0]} rows after the {len(cache)} stored exceed "
+                f"the cache's max_t={cache.max_t}"
+            )
         if trace is not None and not isinstance(trace, dict):
             raise TypeError(f"trace must be None or a dict, got {type(trace).__name__}")
         return x

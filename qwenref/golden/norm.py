@@ -8,6 +8,7 @@ numpy's pairwise order, so kernels match to ulps, not bits.
 
 Shapes: x [..., n] (any leading rows), weight [n].
 """
+
 import numpy as np
 
 from .._args import bool_arg, f32_array, finite_float_arg
@@ -24,8 +25,10 @@ def _check_weight(x, weight, xname="x", wname="weight"):
     if x.ndim < 1 or x.shape[-1] == 0:
         raise ValueError(f"{xname} must have a non-empty last axis, got shape {x.shape}")
     if weight.shape != (x.shape[-1],):
-        raise ValueError(f"{wname} must have shape ({x.shape[-1]},) to match {xname}'s last "
-                         f"axis, got {weight.shape}")
+        raise ValueError(
+            f"{wname} must have shape ({x.shape[-1]},) to match {xname}'s last "
+            f"axis, got {weight.shape}"
+        )
 
 
 def rms_norm_core(x, weight, eps, zero_centered, name="x"):
@@ -33,18 +36,21 @@ def rms_norm_core(x, weight, eps, zero_centered, name="x"):
     arguments, then call this; so do rope's and the indexer's per-head norms). Rows float32
     cannot normalize are refused, naming `name`: a mean square that overflows (the row would
     come out as 0) and a zero mean square with eps = 0 (0/0)."""
-    with np.errstate(over="ignore"):                  # reported just below
+    with np.errstate(over="ignore"):  # reported just below
         ms = np.mean(np.square(x), axis=-1, keepdims=True, dtype=np.float32)  # [..., 1]
     if not np.isfinite(ms).all():
-        raise ValueError(f"{name}: a row's mean square overflows float32 (|values| around "
-                         f"1.8e19 and above); its RMS norm would come out as 0")
+        raise ValueError(
+            f"{name}: a row's mean square overflows float32 (|values| around "
+            f"1.8e19 and above); its RMS norm would come out as 0"
+        )
     den = ms + np.float32(eps)
     if not (den > 0).all():
-        raise ValueError(f"{name}: a row's mean square is 0 in float32 and eps is 0: its RMS "
-                         f"norm is 0/0")
-    rstd = np.float32(1) / np.sqrt(den)                                      # [..., 1]
-    scale = np.float32(1) + weight if zero_centered else weight              # [n]
-    return (x * rstd * scale).astype(np.float32, copy=False)                 # [..., n]
+        raise ValueError(
+            f"{name}: a row's mean square is 0 in float32 and eps is 0: its RMS norm is 0/0"
+        )
+    rstd = np.float32(1) / np.sqrt(den)  # [..., 1]
+    scale = np.float32(1) + weight if zero_centered else weight  # [n]
+    return (x * rstd * scale).astype(np.float32, copy=False)  # [..., n]
 
 
 def rms_norm(x, weight, eps=1e-6, zero_centered=True):
@@ -75,7 +81,7 @@ def add_rms_norm(x, residual, weight, eps=1e-6, zero_centered=True):
     eps = finite_float_arg("eps", eps, 0.0)
     zero_centered = bool_arg("zero_centered", zero_centered)
     with np.errstate(over="ignore"):
-        s = x + residual                                                     # [..., n] f32
+        s = x + residual  # [..., n] f32
     if not np.isfinite(s).all():
         raise ValueError("x + residual overflows float32")
     return rms_norm_core(s, weight, eps, zero_centered, "x + residual"), s

@@ -14,13 +14,20 @@ final cast to float32 (so a pass-through dim is bit-identical to its input). tra
 computes inv_freq and the angles in float32, which at positions ~1e5 costs ~1e-2 rad on the
 fastest pairs; the float32 kernel shows the same effect (notebook 02).
 """
+
 import numpy as np
 
 from .._args import check_finite, f32_array, finite_float_arg, real_array
 from .norm import rms_norm_core
 
-__all__ = ["rope_inv_freq", "rope_cos_sin", "apply_rope", "apply_rope_core", "split_q_gate",
-           "qk_norm_rope"]
+__all__ = [
+    "rope_inv_freq",
+    "rope_cos_sin",
+    "apply_rope",
+    "apply_rope_core",
+    "split_q_gate",
+    "qk_norm_rope",
+]
 
 
 def _check_rotary(rotary_dim, theta):
@@ -39,8 +46,9 @@ def _check_positions(positions, nb=None):
     if positions.ndim != 1:
         raise ValueError(f"positions must be 1-D [nb], got shape {positions.shape}")
     if nb is not None and positions.shape[0] != nb:
-        raise ValueError(f"positions must have {nb} entries (one per row), "
-                         f"got {positions.shape[0]}")
+        raise ValueError(
+            f"positions must have {nb} entries (one per row), got {positions.shape[0]}"
+        )
     if positions.size and positions.min() < 0:
         raise ValueError("positions must be >= 0")
     return positions
@@ -52,28 +60,28 @@ def _float_input(name, x):
 
 
 def _inv_freq(rotary_dim, theta):
-    i = np.arange(rotary_dim // 2, dtype=np.float64)                        # [rd/2]
+    i = np.arange(rotary_dim // 2, dtype=np.float64)  # [rd/2]
     return np.float64(theta) ** (-2.0 * i / rotary_dim)
 
 
 def _cos_sin(positions, rotary_dim, theta):
     ang = positions.astype(np.float64)[:, None] * _inv_freq(rotary_dim, theta)[None, :]
-    return np.cos(ang), np.sin(ang)                                          # [nb, rd/2] each
+    return np.cos(ang), np.sin(ang)  # [nb, rd/2] each
 
 
 def apply_rope_core(x, positions, rotary_dim, theta):
     """apply_rope's rotation on checked arguments (apply_rope and qk_norm_rope check, then
     call this; so does the indexer)."""
     half = rotary_dim // 2
-    cos, sin = _cos_sin(positions, rotary_dim, theta)                        # [nb, half]
+    cos, sin = _cos_sin(positions, rotary_dim, theta)  # [nb, half]
     bshape = (x.shape[0],) + (1,) * (x.ndim - 2) + (half,)
-    cos, sin = cos.reshape(bshape), sin.reshape(bshape)                      # [nb, 1.., half]
-    x64 = x.astype(np.float64)                                               # [nb, ..., d]
-    x1, x2 = x64[..., :half], x64[..., half:rotary_dim]                      # [nb, ..., half]
+    cos, sin = cos.reshape(bshape), sin.reshape(bshape)  # [nb, 1.., half]
+    x64 = x.astype(np.float64)  # [nb, ..., d]
+    x1, x2 = x64[..., :half], x64[..., half:rotary_dim]  # [nb, ..., half]
     y = x64.copy()
     y[..., :half] = x1 * cos - x2 * sin
     y[..., half:rotary_dim] = x2 * cos + x1 * sin
-    with np.errstate(over="ignore"):     # a float64 value past float32's range rounds to inf
+    with np.errstate(over="ignore"):  # a float64 value past float32's range rounds to inf
         return y.astype(np.float32)
 
 
@@ -122,8 +130,9 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
     qg = real_array("qg", qg, ints=False, ndim=3)
     k = real_array("k", k, ints=False, ndim=3)
     if qg.shape[-1] != 2 * k.shape[-1] or qg.shape[0] != k.shape[0]:
-        raise ValueError(f"qg {qg.shape} and k {k.shape} disagree: need qg [nb, nh, 2*hd] "
-                         f"with k [nb, nkv, hd]")
+        raise ValueError(
+            f"qg {qg.shape} and k {k.shape} disagree: need qg [nb, nh, 2*hd] with k [nb, nkv, hd]"
+        )
     hd = k.shape[-1]
     for name, w in (("q_weight", q_weight), ("k_weight", k_weight)):
         if np.shape(w) != (hd,):
@@ -139,7 +148,9 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
     k = f32_array("k", k)
     if hd == 0:
         raise ValueError(f"k must have a non-empty last axis, got shape {k.shape}")
-    q = rms_norm_core(qg[..., :hd], q_weight, eps, True, "qg")               # [nb, nh, hd]
-    k = rms_norm_core(k, k_weight, eps, True, "k")                           # [nb, nkv, hd]
-    return (apply_rope_core(q, positions, rotary_dim, theta),
-            apply_rope_core(k, positions, rotary_dim, theta))
+    q = rms_norm_core(qg[..., :hd], q_weight, eps, True, "qg")  # [nb, nh, hd]
+    k = rms_norm_core(k, k_weight, eps, True, "k")  # [nb, nkv, hd]
+    return (
+        apply_rope_core(q, positions, rotary_dim, theta),
+        apply_rope_core(k, positions, rotary_dim, theta),
+    )

@@ -12,6 +12,7 @@ float32 once, so the golden output is the float32 value nearest the exact transf
 ~1 ulp. The kernel runs its log2(n) passes in float32 (error ~ log2(n)/2 ulps of the row's rms
 per element, far below any KV quantization step).
 """
+
 import numpy as np
 
 from .._args import bool_arg, check_finite, real_array
@@ -24,15 +25,15 @@ def wht_core(x):
     arguments, then calls this; the KV cache calls it on values it has checked)."""
     n = x.shape[-1]
     lead = x.shape[:-1]
-    y = x.astype(np.float64).reshape(-1, n)                                  # [rows, n]
+    y = x.astype(np.float64).reshape(-1, n)  # [rows, n]
     h = 1
     while h < n:
-        y = y.reshape(-1, n // (2 * h), 2, h)                                # [rows, n/2h, 2, h]
+        y = y.reshape(-1, n // (2 * h), 2, h)  # [rows, n/2h, 2, h]
         a, b = y[:, :, 0, :], y[:, :, 1, :]
-        y = np.stack((a + b, a - b), axis=2)                                 # [rows, n/2h, 2, h]
+        y = np.stack((a + b, a - b), axis=2)  # [rows, n/2h, 2, h]
         h *= 2
     y = y.reshape(lead + (n,)) * (1.0 / np.sqrt(n))
-    with np.errstate(over="ignore"):     # a float64 value past float32's range rounds to inf
+    with np.errstate(over="ignore"):  # a float64 value past float32's range rounds to inf
         return y.astype(np.float32)
 
 

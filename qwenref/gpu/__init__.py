@@ -4,25 +4,39 @@ Importing this package needs neither CuPy nor a GPU; the first call of a GPU fun
 raises a RuntimeError that says what is missing. Stage functions take an optional ``out=`` (and
 similar) so tests can poison outputs before a launch.
 """
+
 from __future__ import annotations
 
 import importlib
 
 from ._runtime import available, kernel_source, kernels_dir
-from .wht import wht  # eager: the submodule shares the function's name, so bind the function
+from .wht import wht as wht  # eager: the submodule shares the function's name, so bind the function
 
 # public name -> submodule that defines it (resolved lazily, so no CuPy import happens here)
 _EXPORTS = {
-    "rms_norm": "norm", "add_rms_norm": "norm",
+    "rms_norm": "norm",
+    "add_rms_norm": "norm",
     "qk_norm_rope": "rope",
     "wht": "wht",
-    "q8_quantize": "kvcache", "q8_dequantize": "kvcache", "turbo_quantize": "kvcache",
-    "turbo_dequantize": "kvcache", "bf16_bits": "kvcache", "KVCache": "kvcache",
-    "attn_partials": "attention", "attn_combine": "attention", "decode_attention": "attention",
-    "plan": "attention", "AttentionPlan": "attention",
-    "indexer_queries": "indexer", "update_block_keys": "indexer", "block_scores": "indexer",
+    "q8_quantize": "kvcache",
+    "q8_dequantize": "kvcache",
+    "turbo_quantize": "kvcache",
+    "turbo_dequantize": "kvcache",
+    "bf16_bits": "kvcache",
+    "KVCache": "kvcache",
+    "attn_partials": "attention",
+    "attn_combine": "attention",
+    "decode_attention": "attention",
+    "plan": "attention",
+    "AttentionPlan": "attention",
+    "indexer_queries": "indexer",
+    "update_block_keys": "indexer",
+    "block_scores": "indexer",
     "select_rows": "indexer",
-    "linear": "gemv", "gemv_q8": "gemv", "gemv_f32": "gemv", "q8_weight": "gemv",
+    "linear": "gemv",
+    "gemv_q8": "gemv",
+    "gemv_f32": "gemv",
+    "q8_weight": "gemv",
     "FullAttentionLayer": "layer",
 }
 
@@ -34,5 +48,5 @@ def __getattr__(name):
     if mod is None:
         raise AttributeError(f"module 'qwenref.gpu' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{mod}", __name__), name)
-    globals()[name] = value     # later look-ups skip __getattr__ (and never see a submodule)
+    globals()[name] = value  # later look-ups skip __getattr__ (and never see a submodule)
     return value

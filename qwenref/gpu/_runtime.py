@@ -1,5 +1,6 @@
 """Shared plumbing for the GPU stages: CuPy import, kernel source lookup, module cache, and the
 argument checks every wrapper runs before a launch (kernels never see a bad argument)."""
+
 from __future__ import annotations
 
 import functools
@@ -33,7 +34,7 @@ def kernel_source(name: str) -> str:
         if not path.is_file():
             raise FileNotFoundError(f"{name}.cu includes {header!r}, not found in {kdir}")
         if header in seen:
-            return f"// (#include \"{header}\": pasted above)"
+            return f'// (#include "{header}": pasted above)'
         seen.add(header)
         text = _LOCAL_INCLUDE.sub(paste, path.read_text())
         return f"// ---- {header} (pasted by kernel_source) ----\n{text}// ---- end {header} ----"
@@ -48,11 +49,14 @@ def cupy():
     except ImportError as e:
         raise RuntimeError(
             "qwenref.gpu needs CuPy and an NVIDIA GPU: pip install 'qwenref[gpu]' "
-            f"(cupy-cuda13x) ({e})") from None
+            f"(cupy-cuda13x) ({e})"
+        ) from None
     try:
         n = cp.cuda.runtime.getDeviceCount()
     except Exception as e:  # CUDA driver missing or broken
-        raise RuntimeError(f"qwenref.gpu: CuPy is installed but no CUDA device is usable ({e})") from None
+        raise RuntimeError(
+            f"qwenref.gpu: CuPy is installed but no CUDA device is usable ({e})"
+        ) from None
     if n == 0:
         raise RuntimeError("qwenref.gpu: CuPy is installed but no CUDA device was found")
     return cp
@@ -78,9 +82,11 @@ def module(name: str, options: tuple = ()):
 def _include_opts():
     """NVRTC needs the toolkit's include dir for cuda_fp16.h / cuda_bf16.h."""
     import os
+
     cands = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
     try:
         import cupy as cp
+
         cands.insert(0, cp.cuda.get_cuda_path())
     except Exception:
         pass
@@ -95,6 +101,7 @@ def kernel(module_name: str, fn: str, options: tuple = ()):
 
 
 # ---- argument checks ----------------------------------------------------------------------
+
 
 def check_array(name, a, dtype=None, shape=None, ndim=None):
     """a must be a C-contiguous CuPy array on the current device, of this dtype and shape
@@ -134,6 +141,5 @@ def resolve_rung(rungs, defaults, family, impl):
     if impl is None:
         return defaults[family]
     if not isinstance(impl, str) or impl not in rungs[family]:
-        raise ValueError(f"impl must be None or one of {rungs[family]} for {family}, "
-                         f"got {impl!r}")
+        raise ValueError(f"impl must be None or one of {rungs[family]} for {family}, got {impl!r}")
     return impl

@@ -35,6 +35,7 @@ What a call launches is an AttentionPlan, decided before any launch and kept by 
 plan_rung(cache, nb, ...) is its GPU-free part (everything but the split count); choose_impl and
 rung_kernel read it. Tuning options (extra NVRTC -D's) are the options= argument of each call.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,41 +44,64 @@ import math
 
 import numpy as np
 
-from .._args import int_arg as _int_arg, sparse_arg as _sparse_arg
+from .._args import int_arg as _int_arg
+from .._args import sparse_arg as _sparse_arg
 from ..layout import side_arrays, side_kinds
 from ._runtime import check_array, cupy, kernel, out_array
 
-__all__ = ["decode_attention", "attn_partials", "attn_combine", "auto_n_splits",
-           "mma_n_splits", "mma_kernel_name", "choose_impl", "rung_kernel", "AttentionPlan",
-           "plan", "plan_rung", "KIND_PAIRS", "HEAD_DIMS", "MAX_SPLITS", "IMPLS", "RUNGS",
-           "DEFAULT_RUNG", "TOL_ATTN", "TOL_ATTN_MMA"]
+__all__ = [
+    "decode_attention",
+    "attn_partials",
+    "attn_combine",
+    "auto_n_splits",
+    "mma_n_splits",
+    "mma_kernel_name",
+    "choose_impl",
+    "rung_kernel",
+    "AttentionPlan",
+    "plan",
+    "plan_rung",
+    "KIND_PAIRS",
+    "HEAD_DIMS",
+    "MAX_SPLITS",
+    "IMPLS",
+    "RUNGS",
+    "DEFAULT_RUNG",
+    "TOL_ATTN",
+    "TOL_ATTN_MMA",
+]
 
 # (k side, v side) -> kernel suffix; the kernels are attn_partials_<suffix>
 KIND_PAIRS = {
-    ("f32", "f32"): "f32_f32", ("bf16", "bf16"): "bf16_bf16", ("q8", "q8"): "q8_q8",
-    ("turbo8", "turbo8"): "turbo8_turbo8", ("turbo4", "turbo4"): "turbo4_turbo4",
-    ("turbo3", "turbo3"): "turbo3_turbo3", ("turbo2", "turbo2"): "turbo2_turbo2",
-    ("bf16", "turbo4"): "bf16_turbo4", ("bf16", "turbo3"): "bf16_turbo3",
+    ("f32", "f32"): "f32_f32",
+    ("bf16", "bf16"): "bf16_bf16",
+    ("q8", "q8"): "q8_q8",
+    ("turbo8", "turbo8"): "turbo8_turbo8",
+    ("turbo4", "turbo4"): "turbo4_turbo4",
+    ("turbo3", "turbo3"): "turbo3_turbo3",
+    ("turbo2", "turbo2"): "turbo2_turbo2",
+    ("bf16", "turbo4"): "bf16_turbo4",
+    ("bf16", "turbo3"): "bf16_turbo3",
     ("bf16", "turbo2"): "bf16_turbo2",
 }
 HEAD_DIMS = (64, 128, 256)
-MAX_SPLITS = 1024               # the combine keeps one weight per split in shared memory
-CHUNK = 32                      # split bounds are whole 32-token chunks (golden)
+MAX_SPLITS = 1024  # the combine keeps one weight per split in shared memory
+CHUNK = 32  # split bounds are whole 32-token chunks (golden)
 LOG2E = 1.0 / math.log(2.0)
-_NWARP = 4                      # ATTN_NWARP in attention_v1.cu (threads per partials CTA = 128)
-_COMBINE_NT = 256               # COMBINE_NT in attention_combine.cu (threads per combine CTA)
-_DEFAULT_SHAPE = (256, 6)       # attention.cuh's ATTN_HD, ATTN_NREP defaults: no -D options
-_SMEM_LIMIT = 48 * 1024         # the warp-merge buffer is static shared memory
-_NULL = np.uint64(0)            # CuPy passes None as 0xffffffff, not NULL
+_NWARP = 4  # ATTN_NWARP in attention_v1.cu (threads per partials CTA = 128)
+_COMBINE_NT = 256  # COMBINE_NT in attention_combine.cu (threads per combine CTA)
+_DEFAULT_SHAPE = (256, 6)  # attention.cuh's ATTN_HD, ATTN_NREP defaults: no -D options
+_SMEM_LIMIT = 48 * 1024  # the warp-merge buffer is static shared memory
+_NULL = np.uint64(0)  # CuPy passes None as 0xffffffff, not NULL
 
-IMPLS = ("v0", "v1", "mma")     # impl= values (None = choose_impl); v0 has no partials
+IMPLS = ("v0", "v1", "mma")  # impl= values (None = choose_impl); v0 has no partials
 # The family's rungs in teaching order, and the default: None = chosen per call by choose_impl
 # ("mma" where it applies, else "v1"); v0 is never chosen, only asked for.
 RUNGS = {"attention": IMPLS}
 DEFAULT_RUNG = {"attention": None}
-MMA_HEAD_DIMS = (128, 256)      # attn_partials_q8_mma_n<NT8>: q8/q8, no sparse V, dense / nb 1
-MMA_MAX_COLS = 32               # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
-_COMBINE = "attn_combine"       # the combine kernel after v1 / mma partials
+MMA_HEAD_DIMS = (128, 256)  # attn_partials_q8_mma_n<NT8>: q8/q8, no sparse V, dense / nb 1
+MMA_MAX_COLS = 32  # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
+_COMBINE = "attn_combine"  # the combine kernel after v1 / mma partials
 # the kernels_cuda module (NVRTC compiles each alone) of each rung's kernel, and the combine's;
 # a plan's options go to its rung's module, the combine's module takes none
 _MODULE = {"v0": "attention_v0", "v1": "attention_v1", "mma": "attention_mma"}
@@ -85,11 +109,11 @@ _COMBINE_MODULE = "attention_combine"
 
 # Norm-wise relative error against golden (||gpu - golden|| / ||golden||) that each rung's
 # precision implies; an AttentionPlan carries its rung's (the bench checks against plan.tol).
-TOL_ATTN = 1e-4         # v0 / v1: same stored codes, float32 exp2 and sums over up to 128k
-                        # tokens in another order (error grows ~sqrt(terms)·eps per split sum)
-TOL_ATTN_MMA = 1e-3     # mma rounds each p and each code·d_v to fp16: a term is off by
-                        # <= 2u + u^2 ~ 9.8e-4 relative (u = 2^-11), the norm-wise worst case
-                        # (attention on one token puts it all on that token's V row); measured 2e-4
+TOL_ATTN = 1e-4  # v0 / v1: same stored codes, float32 exp2 and sums over up to 128k
+# tokens in another order (error grows ~sqrt(terms)·eps per split sum)
+TOL_ATTN_MMA = 1e-3  # mma rounds each p and each code·d_v to fp16: a term is off by
+# <= 2u + u^2 ~ 9.8e-4 relative (u = 2^-11), the norm-wise worst case
+# (attention on one token puts it all on that token's V row); measured 2e-4
 
 
 def _side_arrays(which, side, store, nkv, hd):
@@ -97,14 +121,15 @@ def _side_arrays(which, side, store, nkv, hd):
     (layout.side_arrays: the data array first, then its scales, if any)."""
     if not isinstance(store, dict):
         raise TypeError(f"cache.{which}_store must be a dict of cupy arrays")
-    want = side_arrays(side, nkv, 0, hd)          # max_t 0 stands in: it is read from the data
+    want = side_arrays(side, nkv, 0, hd)  # max_t 0 stands in: it is read from the data
     missing = [name for name in want if name not in store]
     if missing:
         raise ValueError(f"cache.{which}_store lacks {missing[0]!r} for side kind {side!r}")
-    arrays, max_t = [], None                      # None matches any length, until data sets it
+    arrays, max_t = [], None  # None matches any length, until data sets it
     for name, (shape, dtype) in want.items():
-        a = check_array(f"cache.{which}_store[{name!r}]", store[name], dtype,
-                        (shape[0], max_t) + shape[2:])
+        a = check_array(
+            f"cache.{which}_store[{name!r}]", store[name], dtype, (shape[0], max_t) + shape[2:]
+        )
         max_t = a.shape[1]
         arrays.append(a)
     return arrays[0], (arrays[1] if len(arrays) > 1 else None), max_t
@@ -113,19 +138,25 @@ def _side_arrays(which, side, store, nkv, hd):
 def _check_cache(cache):
     for a in ("cfg", "k_kind", "v_kind", "k_store", "v_store", "k_rotated", "v_rotated"):
         if not hasattr(cache, a):
-            raise TypeError(f"cache must be a qwenref.gpu.KVCache (no attribute {a!r}), "
-                            f"got {type(cache).__name__}")
+            raise TypeError(
+                f"cache must be a qwenref.gpu.KVCache (no attribute {a!r}), "
+                f"got {type(cache).__name__}"
+            )
     pair = (cache.k_kind, cache.v_kind)
     if pair not in KIND_PAIRS:
-        raise ValueError(f"cache kinds (k {pair[0]!r}, v {pair[1]!r}) have no kernel; "
-                         f"supported: {sorted(KIND_PAIRS)}")
+        raise ValueError(
+            f"cache kinds (k {pair[0]!r}, v {pair[1]!r}) have no kernel; "
+            f"supported: {sorted(KIND_PAIRS)}"
+        )
     cfg = cache.cfg
     if cfg.head_dim not in HEAD_DIMS:
         raise ValueError(f"cache.cfg.head_dim must be one of {HEAD_DIMS}, got {cfg.head_dim}")
     if _NWARP * cfg.n_rep * cfg.head_dim * 4 + 1024 > _SMEM_LIMIT:
-        raise ValueError(f"n_rep * head_dim = {cfg.n_rep} * {cfg.head_dim} is too large for the "
-                         f"partials kernel's shared-memory merge (at most "
-                         f"{(_SMEM_LIMIT - 1024) // (4 * _NWARP)})")
+        raise ValueError(
+            f"n_rep * head_dim = {cfg.n_rep} * {cfg.head_dim} is too large for the "
+            f"partials kernel's shared-memory merge (at most "
+            f"{(_SMEM_LIMIT - 1024) // (4 * _NWARP)})"
+        )
     kd, ks, kt = _side_arrays("k", cache.k_kind, cache.k_store, cfg.nkv, cfg.head_dim)
     vd, vs, vt = _side_arrays("v", cache.v_kind, cache.v_store, cfg.nkv, cfg.head_dim)
     if kt != vt:
@@ -142,8 +173,10 @@ def _check_rows(q, cache, base_pos, sel_idx, sel_n):
         raise ValueError("q must hold at least one row")
     base_pos = _int_arg("base_pos", base_pos, 0)
     if base_pos + nb > len(cache):
-        raise ValueError(f"base_pos + nb = {base_pos} + {nb} exceeds len(cache) = {len(cache)}: "
-                         f"row b sees tokens [0, base_pos + b] and they must be stored")
+        raise ValueError(
+            f"base_pos + nb = {base_pos} + {nb} exceeds len(cache) = {len(cache)}: "
+            f"row b sees tokens [0, base_pos + b] and they must be stored"
+        )
     if (sel_idx is None) != (sel_n is None):
         raise ValueError("sel_idx and sel_n must be given together (or neither)")
     width = 0
@@ -214,10 +247,10 @@ def auto_n_splits(kern, n_vis_max, nkv, nb, nwarp=_NWARP):
     n_sm = _sm_count(cupy().cuda.Device().id)
     try:
         regs = int(kern.num_regs)
-    except AttributeError:                                      # older CuPy: the attribute dict
+    except AttributeError:  # older CuPy: the attribute dict
         regs = int(kern.attributes.get("num_regs", 255))
     regs = max(regs, 1)
-    regs_per_warp = -(-regs * 32 // 256) * 256                 # allocation unit: 256 per warp
+    regs_per_warp = -(-regs * 32 // 256) * 256  # allocation unit: 256 per warp
     warps = min(65536 // regs_per_warp, 64)
     per_sm = max(warps // nwarp, 1)
     chunks = max(-(-n_vis_max // CHUNK), 1)
@@ -244,8 +277,15 @@ def _mma_smem_bytes(hd, nt8, options=()):
     nw, nst = _mma_nw(hd, nt8, options), _mma_nst(hd, nt8, options)
     bt, ng, nch, ncol = 16 * nw, hd // 32, hd // 16, 8 * nt8
     pst = 8 * (nt8 if nt8 % 2 else nt8 + 1)
-    return (2 * nst * bt * hd + 2 * nst * bt * ng * 2 + nch * nt8 * 32 * 16
-            + bt * pst * 2 + 2 * ncol * nw * 4 + ncol * 4 + nw * 4)
+    return (
+        2 * nst * bt * hd
+        + 2 * nst * bt * ng * 2
+        + nch * nt8 * 32 * 16
+        + bt * pst * 2
+        + 2 * ncol * nw * 4
+        + ncol * 4
+        + nw * 4
+    )
 
 
 def mma_kernel_name(nb, n_rep, selective=False):
@@ -256,8 +296,9 @@ def mma_kernel_name(nb, n_rep, selective=False):
     nt8 = -(-nb * n_rep // 8)
     if selective:
         if nb != 1 or nt8 != 1:
-            raise ValueError(f"the selective mma kernel takes one row of <= 8 heads, got nb={nb}, "
-                             f"n_rep={n_rep}")
+            raise ValueError(
+                f"the selective mma kernel takes one row of <= 8 heads, got nb={nb}, n_rep={n_rep}"
+            )
         return "attn_partials_q8_mma_sel_n1"
     return f"attn_partials_q8_mma_n{nt8}"
 
@@ -301,6 +342,7 @@ class AttentionPlan:
               TOL_ATTN_MMA for mma (fp16 P.V), TOL_ATTN for v0 / v1 (float32)
     why       why a faster rung did not apply, or that impl= asked for this one; None for mma
     """
+
     rung: str
     kernel: str
     combine: str | None
@@ -341,8 +383,9 @@ def _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl):
     return "v1", why
 
 
-def _plan_shape(k_kind, v_kind, hd, n_rep, nb, *, sparse_v=0.0, selective=False, impl=None,
-                options=()):
+def _plan_shape(
+    k_kind, v_kind, hd, n_rep, nb, *, sparse_v=0.0, selective=False, impl=None, options=()
+):
     """The GPU-free plan of a call on this shape (n_splits None): plan_rung without a cache."""
     _check_impl(impl)
     nb = _int_arg("nb", nb, 1)
@@ -350,21 +393,48 @@ def _plan_shape(k_kind, v_kind, hd, n_rep, nb, *, sparse_v=0.0, selective=False,
     options = _options_arg(options)
     pair = KIND_PAIRS.get((k_kind, v_kind))
     if pair is None:
-        raise ValueError(f"cache kinds (k {k_kind!r}, v {v_kind!r}) have no kernel; "
-                         f"supported: {sorted(KIND_PAIRS)}")
+        raise ValueError(
+            f"cache kinds (k {k_kind!r}, v {v_kind!r}) have no kernel; "
+            f"supported: {sorted(KIND_PAIRS)}"
+        )
     rung, why = _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, bool(selective), impl)
-    if rung == "v0":                                # one warp per (row, q head)
-        return AttentionPlan("v0", "attention_v0_" + pair, None, None, 32, 0,
-                             _v0_options(hd) + options, TOL_ATTN, why)
+    if rung == "v0":  # one warp per (row, q head)
+        return AttentionPlan(
+            "v0",
+            "attention_v0_" + pair,
+            None,
+            None,
+            32,
+            0,
+            _v0_options(hd) + options,
+            TOL_ATTN,
+            why,
+        )
     opts = _shape_options(hd, n_rep) + options
     if rung == "v1":
-        return AttentionPlan("v1", "attn_partials_" + pair, _COMBINE, None,
-                             32 * _opt_value(opts, "ATTN_NWARP", _NWARP), 0, opts, TOL_ATTN,
-                             why)
+        return AttentionPlan(
+            "v1",
+            "attn_partials_" + pair,
+            _COMBINE,
+            None,
+            32 * _opt_value(opts, "ATTN_NWARP", _NWARP),
+            0,
+            opts,
+            TOL_ATTN,
+            why,
+        )
     nt8 = -(-nb * n_rep // 8)
-    return AttentionPlan("mma", mma_kernel_name(nb, n_rep, selective), _COMBINE, None,
-                         32 * _mma_nw(hd, nt8, opts), _mma_smem_bytes(hd, nt8, opts), opts,
-                         TOL_ATTN_MMA, None)
+    return AttentionPlan(
+        "mma",
+        mma_kernel_name(nb, n_rep, selective),
+        _COMBINE,
+        None,
+        32 * _mma_nw(hd, nt8, opts),
+        _mma_smem_bytes(hd, nt8, opts),
+        opts,
+        TOL_ATTN_MMA,
+        None,
+    )
 
 
 def plan_rung(cache, nb, *, sparse_v=0.0, selective=False, impl=None, options=()):
@@ -374,8 +444,17 @@ def plan_rung(cache, nb, *, sparse_v=0.0, selective=False, impl=None, options=()
     selective: rows may be selective (sel_n given). impl: None (mma where it applies, else v1),
     or "v0" / "v1" / "mma" (ValueError where mma does not apply)."""
     cfg = cache.cfg
-    return _plan_shape(cache.k_kind, cache.v_kind, cfg.head_dim, cfg.n_rep, nb,
-                       sparse_v=sparse_v, selective=selective, impl=impl, options=options)
+    return _plan_shape(
+        cache.k_kind,
+        cache.v_kind,
+        cfg.head_dim,
+        cfg.n_rep,
+        nb,
+        sparse_v=sparse_v,
+        selective=selective,
+        impl=impl,
+        options=options,
+    )
 
 
 def _plan_kernel(p):
@@ -384,7 +463,7 @@ def _plan_kernel(p):
     if p.rung == "v0":
         return kern
     if p.smem > 48 * 1024 and getattr(kern, "max_dynamic_shared_size_bytes", 0) < p.smem:
-        kern.max_dynamic_shared_size_bytes = p.smem         # opt in above the 48 KB default
+        kern.max_dynamic_shared_size_bytes = p.smem  # opt in above the 48 KB default
     return kern
 
 
@@ -401,13 +480,26 @@ def _resolve_splits(p, cache, nb, base_pos, selective, width, n_splits):
         if selective and width > 0:
             n_vis_max = min(n_vis_max, width)
         kern, nkv = _plan_kernel(p), cache.cfg.nkv
-        n_splits = (mma_n_splits(kern, p.smem, p.threads, n_vis_max, nkv) if p.rung == "mma"
-                    else auto_n_splits(kern, n_vis_max, nkv, nb, nwarp=p.threads // 32))
+        n_splits = (
+            mma_n_splits(kern, p.smem, p.threads, n_vis_max, nkv)
+            if p.rung == "mma"
+            else auto_n_splits(kern, n_vis_max, nkv, nb, nwarp=p.threads // 32)
+        )
     return dataclasses.replace(p, n_splits=n_splits)
 
 
-def plan(cache, nb, *, base_pos=None, sparse_v=0.0, selective=False, width=0, impl=None,
-         n_splits=None, options=()):
+def plan(
+    cache,
+    nb,
+    *,
+    base_pos=None,
+    sparse_v=0.0,
+    selective=False,
+    width=0,
+    impl=None,
+    n_splits=None,
+    options=(),
+):
     """The AttentionPlan of decode_attention / attn_partials on nb rows of `cache` (arguments
     as there): rung (impl=None: "mma" where it applies, else "v1" and why), kernels, threads,
     shared memory, NVRTC options (the shape's, then `options`), tol, and n_splits — the given
@@ -430,46 +522,53 @@ def _check_plan_arg(plan, impl):
     if plan is None:
         return
     if not isinstance(plan, AttentionPlan):
-        raise TypeError(f"plan must be an AttentionPlan (gpu.attention.plan), "
-                        f"got {type(plan).__name__}")
+        raise TypeError(
+            f"plan must be an AttentionPlan (gpu.attention.plan), got {type(plan).__name__}"
+        )
     if impl is not None and impl != plan.rung:
         raise ValueError(f"impl={impl!r} contradicts plan.rung={plan.rung!r}: give one")
 
 
-def _call_plan(given, cache, nb, base_pos, sparse_v, selective, width, impl, n_splits,
-               options):
+def _call_plan(given, cache, nb, base_pos, sparse_v, selective, width, impl, n_splits, options):
     """The plan a call runs: a fresh one, or `given` once it is checked to fit the call (the
     plan the call would build with impl=given.rung, up to why and the split count), so a
     reused plan never launches a kernel built for another shape."""
     if given is None:
-        p = plan_rung(cache, nb, sparse_v=sparse_v, selective=selective, impl=impl,
-                      options=options)
+        p = plan_rung(cache, nb, sparse_v=sparse_v, selective=selective, impl=impl, options=options)
         return _resolve_splits(p, cache, nb, base_pos, selective, width, n_splits)
     cfg = cache.cfg
-    shape = (_v0_options(cfg.head_dim) if given.rung == "v0"
-             else _shape_options(cfg.head_dim, cfg.n_rep))
-    extra = tuple(given.options[len(shape):])
-    if tuple(given.options[:len(shape)]) != shape or (options and
-                                                      _options_arg(options) != extra):
-        raise ValueError(f"plan.options {given.options} do not fit this call (shape options "
-                         f"{shape}, options={tuple(options)})")
+    shape = (
+        _v0_options(cfg.head_dim) if given.rung == "v0" else _shape_options(cfg.head_dim, cfg.n_rep)
+    )
+    extra = tuple(given.options[len(shape) :])
+    if tuple(given.options[: len(shape)]) != shape or (options and _options_arg(options) != extra):
+        raise ValueError(
+            f"plan.options {given.options} do not fit this call (shape options "
+            f"{shape}, options={tuple(options)})"
+        )
     try:
-        want = plan_rung(cache, nb, sparse_v=sparse_v, selective=selective, impl=given.rung,
-                         options=extra)
+        want = plan_rung(
+            cache, nb, sparse_v=sparse_v, selective=selective, impl=given.rung, options=extra
+        )
     except ValueError as e:
         raise ValueError(f"plan does not fit this call: {e}") from None
     bad = [f for f in _PLAN_FIELDS_CHECKED if getattr(want, f) != getattr(given, f)]
     if bad:
-        raise ValueError("plan does not fit this call: " + "; ".join(
-            f"plan.{f} = {getattr(given, f)!r}, the call needs {getattr(want, f)!r}"
-            for f in bad))
+        raise ValueError(
+            "plan does not fit this call: "
+            + "; ".join(
+                f"plan.{f} = {getattr(given, f)!r}, the call needs {getattr(want, f)!r}"
+                for f in bad
+            )
+        )
     if given.rung == "v0":
         return given
     if given.n_splits is None:
         return _resolve_splits(given, cache, nb, base_pos, selective, width, n_splits)
     if n_splits is not None and n_splits != given.n_splits:
-        raise ValueError(f"n_splits (or m_out's) = {n_splits} contradicts plan.n_splits = "
-                         f"{given.n_splits}")
+        raise ValueError(
+            f"n_splits (or m_out's) = {n_splits} contradicts plan.n_splits = {given.n_splits}"
+        )
     _splits_arg(given.n_splits)
     return given
 
@@ -482,8 +581,9 @@ def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None):
     return plan_rung(cache, nb, sparse_v=sparse_v, selective=sel_n is not None, impl=impl).rung
 
 
-def rung_kernel(family, impl=None, *, kind="q8", nb=1, n_rep=6, hd=256, selective=False,
-                sparse_v=0.0):
+def rung_kernel(
+    family, impl=None, *, kind="q8", nb=1, n_rep=6, hd=256, selective=False, sparse_v=0.0
+):
     """The kernel a rung of `family` launches for this shape, by name (for the bench's records):
     v0 "attention_v0_<K>_<V>" (the whole decode, one launch); v1 "attn_partials_<K>_<V>" and
     mma "attn_partials_q8_mma_n<NT8>" / "attn_partials_q8_mma_sel_n1" (the partials; attn_combine
@@ -492,13 +592,28 @@ def rung_kernel(family, impl=None, *, kind="q8", nb=1, n_rep=6, hd=256, selectiv
     if family not in RUNGS:
         raise ValueError(f"family must be one of {tuple(RUNGS)}, got {family!r}")
     k_kind, v_kind = side_kinds(kind)
-    return _plan_shape(k_kind, v_kind, hd, n_rep, nb, sparse_v=sparse_v, selective=selective,
-                       impl=impl).kernel
+    return _plan_shape(
+        k_kind, v_kind, hd, n_rep, nb, sparse_v=sparse_v, selective=selective, impl=impl
+    ).kernel
 
 
 # ---- partials ----------------------------------------------------------------------------
-def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None, sel_n=None,
-                  *, m_out=None, l_out=None, o_out=None, impl=None, plan=None, options=()):
+def attn_partials(
+    q,
+    cache,
+    base_pos,
+    n_splits=None,
+    sparse_v=0.0,
+    sel_idx=None,
+    sel_n=None,
+    *,
+    m_out=None,
+    l_out=None,
+    o_out=None,
+    impl=None,
+    plan=None,
+    options=(),
+):
     """Per row b, split i and q head h over the row's visible tokens (base 2):
     s = q.k * hd**-0.5 * log2(e); m = max s; l = sum 2**(s - m); o = sum 2**(s - m) * v.
 
@@ -522,34 +637,71 @@ def attn_partials(q, cache, base_pos, n_splits=None, sparse_v=0.0, sel_idx=None,
     _check_impl(impl)
     _check_plan_arg(plan, impl)
     if impl == "v0" or (plan is not None and plan.rung == "v0"):
-        raise ValueError("impl='v0' has no partials (one pass per row, no splits): use "
-                         "decode_attention(..., impl='v0')")
+        raise ValueError(
+            "impl='v0' has no partials (one pass per row, no splits): use "
+            "decode_attention(..., impl='v0')"
+        )
     kd, ks, vd, vs, max_t = _check_cache(cache)
     nb, base_pos, width = _check_rows(q, cache, base_pos, sel_idx, sel_n)
     sparse_v = _sparse_arg(sparse_v)
     cfg = cache.cfg
     nh, nkv, hd = cfg.nh, cfg.nkv, cfg.head_dim
     n_splits = _splits_of(n_splits, m_out, nb, nh)
-    p = _call_plan(plan, cache, nb, base_pos, sparse_v, sel_n is not None, width, impl,
-                   n_splits, options)
+    p = _call_plan(
+        plan, cache, nb, base_pos, sparse_v, sel_n is not None, width, impl, n_splits, options
+    )
     kern, S = _plan_kernel(p), p.n_splits
     m = out_array("m_out", m_out, (nb, S, nh), np.float32)
     l = out_array("l_out", l_out, (nb, S, nh), np.float32)
     o = out_array("o_out", o_out, (nb, S, nh, hd), np.float32)
-    qscale = np.float32(hd ** -0.5 * LOG2E)
+    qscale = np.float32(hd**-0.5 * LOG2E)
     if p.rung == "mma":
-        if q.data.ptr % 16:        # the kernel reads q as float4: a contiguous view at an odd
-            q = q.copy()           # offset gets an aligned copy (nb * nh * hd floats)
-        kern((nkv, S), (p.threads,),
-             (q, kd, ks, vd, vs, np.int32(max_t), np.int32(base_pos), np.int32(nb),
-              sel_idx if sel_idx is not None else _NULL, sel_n if sel_n is not None else _NULL,
-              np.int32(width), qscale, m, l, o), shared_mem=p.smem)
+        if q.data.ptr % 16:  # the kernel reads q as float4: a contiguous view at an odd
+            q = q.copy()  # offset gets an aligned copy (nb * nh * hd floats)
+        kern(
+            (nkv, S),
+            (p.threads,),
+            (
+                q,
+                kd,
+                ks,
+                vd,
+                vs,
+                np.int32(max_t),
+                np.int32(base_pos),
+                np.int32(nb),
+                sel_idx if sel_idx is not None else _NULL,
+                sel_n if sel_n is not None else _NULL,
+                np.int32(width),
+                qscale,
+                m,
+                l,
+                o,
+            ),
+            shared_mem=p.smem,
+        )
         return m, l, o
-    kern((nb, nkv, S), (p.threads,),
-         (q, kd, ks if ks is not None else _NULL, vd, vs if vs is not None else _NULL,
-          np.int32(max_t), np.int32(base_pos),
-          sel_idx if sel_idx is not None else _NULL, sel_n if sel_n is not None else _NULL,
-          np.int32(width), qscale, np.float32(sparse_v), m, l, o))
+    kern(
+        (nb, nkv, S),
+        (p.threads,),
+        (
+            q,
+            kd,
+            ks if ks is not None else _NULL,
+            vd,
+            vs if vs is not None else _NULL,
+            np.int32(max_t),
+            np.int32(base_pos),
+            sel_idx if sel_idx is not None else _NULL,
+            sel_n if sel_n is not None else _NULL,
+            np.int32(width),
+            qscale,
+            np.float32(sparse_v),
+            m,
+            l,
+            o,
+        ),
+    )
     return m, l, o
 
 
@@ -576,9 +728,21 @@ def _combine(m, l, o, inverse_wht, gate, out, lse_out):
     # dims per CTA: the whole row for the inverse WHT, else chunks of 64 (32) over more SMs
     dc = hd if inverse_wht else (64 if hd % 64 == 0 else 32)
     kernel(_COMBINE_MODULE, _COMBINE)(
-        (nh, nb, hd // dc), (_COMBINE_NT,),
-        (m, l, o, np.int32(S), np.int32(hd), np.int32(dc), gate if gate is not None else _NULL,
-         np.int32(bool(inverse_wht)), out, lse_out if lse_out is not None else _NULL))
+        (nh, nb, hd // dc),
+        (_COMBINE_NT,),
+        (
+            m,
+            l,
+            o,
+            np.int32(S),
+            np.int32(hd),
+            np.int32(dc),
+            gate if gate is not None else _NULL,
+            np.int32(bool(inverse_wht)),
+            out,
+            lse_out if lse_out is not None else _NULL,
+        ),
+    )
     return out
 
 
@@ -597,8 +761,9 @@ def attn_combine(m, l, o, inverse_wht=False, gate=None, out=None, lse_out=None):
 
 
 # ---- the whole decode attention -------------------------------------------------------------
-def _decode_v0(q, cache, base_pos, gate, n_splits, sparse_v, sel_idx, sel_n, out, m_out, plan,
-               options):
+def _decode_v0(
+    q, cache, base_pos, gate, n_splits, sparse_v, sel_idx, sel_n, out, m_out, plan, options
+):
     """impl="v0": attention_v0_<K>_<V>, grid (nb, nh), one warp each, out written directly.
     n_splits (or m_out's) gets attn_partials' checks, so both rungs refuse the same calls."""
     kd, ks, vd, vs, max_t = _check_cache(cache)
@@ -607,21 +772,50 @@ def _decode_v0(q, cache, base_pos, gate, n_splits, sparse_v, sel_idx, sel_n, out
     cfg = cache.cfg
     nh, nkv, hd = cfg.nh, cfg.nkv, cfg.head_dim
     n_splits = _splits_of(n_splits, m_out, nb, nh)
-    p = _call_plan(plan, cache, nb, base_pos, sparse_v, sel_n is not None, width, "v0",
-                   n_splits, options)
+    p = _call_plan(
+        plan, cache, nb, base_pos, sparse_v, sel_n is not None, width, "v0", n_splits, options
+    )
     out = out_array("out", out, (nb, nh, hd), np.float32)
     _plan_kernel(p)(
-        (nb, nh), (p.threads,),
-        (q, kd, ks if ks is not None else _NULL, vd, vs if vs is not None else _NULL,
-         np.int32(nkv), np.int32(max_t), np.int32(base_pos),
-         sel_idx if sel_idx is not None else _NULL, sel_n if sel_n is not None else _NULL,
-         np.int32(width), np.float32(hd ** -0.5 * LOG2E), np.float32(sparse_v),
-         gate if gate is not None else _NULL, out))
+        (nb, nh),
+        (p.threads,),
+        (
+            q,
+            kd,
+            ks if ks is not None else _NULL,
+            vd,
+            vs if vs is not None else _NULL,
+            np.int32(nkv),
+            np.int32(max_t),
+            np.int32(base_pos),
+            sel_idx if sel_idx is not None else _NULL,
+            sel_n if sel_n is not None else _NULL,
+            np.int32(width),
+            np.float32(hd**-0.5 * LOG2E),
+            np.float32(sparse_v),
+            gate if gate is not None else _NULL,
+            out,
+        ),
+    )
     return out
 
 
-def decode_attention(q, cache, base_pos, gate=None, n_splits=None, sparse_v=0.0, sel_idx=None,
-                     sel_n=None, out=None, *, partials=None, impl=None, plan=None, options=()):
+def decode_attention(
+    q,
+    cache,
+    base_pos,
+    gate=None,
+    n_splits=None,
+    sparse_v=0.0,
+    sel_idx=None,
+    sel_n=None,
+    out=None,
+    *,
+    partials=None,
+    impl=None,
+    plan=None,
+    options=(),
+):
     """Split-T decode attention of nb rows: attn_partials -> combine -> inverse WHT (when
     cache.v_rotated) -> * sigmoid(gate) (when gate is given). Two launches for all rows.
 
@@ -649,9 +843,22 @@ def decode_attention(q, cache, base_pos, gate=None, n_splits=None, sparse_v=0.0,
             raise TypeError("partials must be a tuple (m, l, o) of cupy float32 buffers")
         m_out, l_out, o_out = partials
     if impl == "v0" or (plan is not None and plan.rung == "v0"):
-        return _decode_v0(q, cache, base_pos, gate, n_splits, sparse_v, sel_idx, sel_n, out,
-                          m_out, plan, options)
-    m, l, o = attn_partials(q, cache, base_pos, n_splits, sparse_v, sel_idx, sel_n,
-                            m_out=m_out, l_out=l_out, o_out=o_out, impl=impl, plan=plan,
-                            options=options)
+        return _decode_v0(
+            q, cache, base_pos, gate, n_splits, sparse_v, sel_idx, sel_n, out, m_out, plan, options
+        )
+    m, l, o = attn_partials(
+        q,
+        cache,
+        base_pos,
+        n_splits,
+        sparse_v,
+        sel_idx,
+        sel_n,
+        m_out=m_out,
+        l_out=l_out,
+        o_out=o_out,
+        impl=impl,
+        plan=plan,
+        options=options,
+    )
     return _combine(m, l, o, bool(cache.v_rotated), gate, out, None)

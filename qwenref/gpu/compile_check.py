@@ -19,6 +19,7 @@ kernels, failed files) and, per arch, the launches that ask for more dynamic sha
 a block may have there (sm_86 / sm_89: 99 KB). Exit status: 1 if any file fails to compile for
 any architecture, 0 otherwise (also when nvcc is absent: then it says it skipped).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,22 +36,38 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["ARCH", "ARCHS", "KernelInfo", "FileResult", "parse_ptxas", "find_nvcc",
-           "compile_file", "check_files", "default_cache_dir", "mma_smem_requests", "smem_notes",
-           "main"]
+__all__ = [
+    "ARCH",
+    "ARCHS",
+    "KernelInfo",
+    "FileResult",
+    "parse_ptxas",
+    "find_nvcc",
+    "compile_file",
+    "check_files",
+    "default_cache_dir",
+    "mma_smem_requests",
+    "smem_notes",
+    "main",
+]
 
 # Ampere A100 (80), Ampere consumer (86), Ada (89), Hopper (90) and Hopper's arch-specific
 # target (90a, what wgmma / setmaxnreg code would need). sm_87 (Jetson Orin) is left out.
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
-ARCH = "sm_90"      # the per-kernel table's architecture: the kernels are tuned on an H200
+ARCH = "sm_90"  # the per-kernel table's architecture: the kernels are tuned on an H200
 FLAGS = ("-std=c++17", "-Xptxas", "-v")
-_CACHE_FORMAT = 1   # bump when the JSON layout changes, so old entries miss
+_CACHE_FORMAT = 1  # bump when the JSON layout changes, so old entries miss
 
 # Dynamic shared memory one block may opt into (cudaFuncAttributeMaxDynamicSharedMemorySize
 # up to this) per architecture: CUDA C++ Programming Guide, technical specifications per
 # compute capability. sm_86 / sm_89 have 100 KB per SM and 99 KB per block.
-SMEM_OPTIN = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_89": 99 * 1024,
-              "sm_90": 227 * 1024, "sm_90a": 227 * 1024}
+SMEM_OPTIN = {
+    "sm_80": 163 * 1024,
+    "sm_86": 99 * 1024,
+    "sm_89": 99 * 1024,
+    "sm_90": 227 * 1024,
+    "sm_90a": 227 * 1024,
+}
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -62,25 +79,26 @@ _SMEM = re.compile(r"(\d+) bytes smem")
 class KernelInfo:
     name: str
     registers: int = 0
-    stack: int = 0          # bytes of local memory per thread (arrays that did not fit registers)
+    stack: int = 0  # bytes of local memory per thread (arrays that did not fit registers)
     spill_stores: int = 0
     spill_loads: int = 0
-    smem: int = 0           # static shared memory; dynamic shared memory is set at launch
-    arch: str = ""          # the sm_XX ptxas compiled it for
+    smem: int = 0  # static shared memory; dynamic shared memory is set at launch
+    arch: str = ""  # the sm_XX ptxas compiled it for
 
 
 @dataclass
 class FileResult:
     """One file built for several architectures (what the cache stores, as JSON)."""
+
     name: str
     ok: bool
     failed_archs: list = field(default_factory=list)
-    messages: str = ""          # nvcc's output other than ptxas info, all archs together
-    arch_messages: dict = field(default_factory=dict)   # per failed arch, from its own build
-    kernels: dict = field(default_factory=dict)          # arch -> [KernelInfo]
-    source_sha256: str = ""     # of the text compiled (the pasted source for kernels_cuda/)
-    seconds: float = 0.0        # nvcc time when it was built
-    cached: bool = False        # True when this run read it from the cache
+    messages: str = ""  # nvcc's output other than ptxas info, all archs together
+    arch_messages: dict = field(default_factory=dict)  # per failed arch, from its own build
+    kernels: dict = field(default_factory=dict)  # arch -> [KernelInfo]
+    source_sha256: str = ""  # of the text compiled (the pasted source for kernels_cuda/)
+    seconds: float = 0.0  # nvcc time when it was built
+    cached: bool = False  # True when this run read it from the cache
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -118,8 +136,11 @@ def _gencode(arch: str) -> list[str]:
 
 def _messages(text: str) -> str:
     """nvcc's output without ptxas's info lines (errors and warnings remain)."""
-    return "\n".join(l for l in text.splitlines()
-                     if l.strip() and not l.startswith("ptxas info") and not _FRAME.search(l))
+    return "\n".join(
+        l
+        for l in text.splitlines()
+        if l.strip() and not l.startswith("ptxas info") and not _FRAME.search(l)
+    )
 
 
 def _nvcc(path: Path, nvcc: str, archs) -> tuple[int, str]:
@@ -127,14 +148,23 @@ def _nvcc(path: Path, nvcc: str, archs) -> tuple[int, str]:
     # when one long file is the last one left (nvcc prints each step's ptxas report whole)
     threads = ["--threads", "2"] if len(archs) > 1 else []
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [nvcc, *FLAGS, *threads, *[g for a in archs for g in _gencode(a)], "-fatbin",
-               "-o", os.path.join(tmp, path.stem + ".fatbin"), str(path)]
+        cmd = [
+            nvcc,
+            *FLAGS,
+            *threads,
+            *[g for a in archs for g in _gencode(a)],
+            "-fatbin",
+            "-o",
+            os.path.join(tmp, path.stem + ".fatbin"),
+            str(path),
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True)
     return r.returncode, r.stdout + r.stderr
 
 
-def compile_file(path: Path, nvcc: str = "nvcc",
-                 archs=(ARCH,)) -> tuple[bool, list[KernelInfo], str]:
+def compile_file(
+    path: Path, nvcc: str = "nvcc", archs=(ARCH,)
+) -> tuple[bool, list[KernelInfo], str]:
     """(ok, kernels of every arch, nvcc's messages other than ptxas info) for one .cu file as it
     is on disk, built by one nvcc for all `archs`; no cache."""
     rc, text = _nvcc(Path(path), nvcc, archs)
@@ -157,7 +187,7 @@ def _build(path: Path, nvcc: str, archs) -> FileResult:
             if rc_a != 0:
                 res.failed_archs.append(a)
                 res.arch_messages[a] = _messages(text_a)
-        if not res.failed_archs:        # fails only together (e.g. out of memory): blame all
+        if not res.failed_archs:  # fails only together (e.g. out of memory): blame all
             res.failed_archs = list(archs)
     res.seconds = round(time.perf_counter() - t0, 2)
     return res
@@ -189,6 +219,7 @@ def default_cache_dir() -> Path:
     if env := os.environ.get("QWENREF_COMPILE_CACHE"):
         return Path(env)
     from ._runtime import _PKG
+
     if (_PKG.parent / "pyproject.toml").is_file() and (_PKG.parent / "kernels_cuda").is_dir():
         return _PKG.parent / "build" / "compile_check"
     return Path.home() / ".cache" / "qwenref" / "compile_check"
@@ -196,6 +227,7 @@ def default_cache_dir() -> Path:
 
 def _in_kernels_dir(path: Path) -> bool:
     from ._runtime import kernels_dir
+
     try:
         return path.resolve().parent == kernels_dir().resolve()
     except FileNotFoundError:
@@ -204,8 +236,7 @@ def _in_kernels_dir(path: Path) -> bool:
 
 def _key(text: str, nvcc: str, archs) -> str:
     h = hashlib.sha256()
-    for part in (str(_CACHE_FORMAT), _nvcc_version(nvcc), " ".join(FLAGS), " ".join(archs),
-                 text):
+    for part in (str(_CACHE_FORMAT), _nvcc_version(nvcc), " ".join(FLAGS), " ".join(archs), text):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -219,6 +250,7 @@ def _check_one(path: Path, nvcc: str, archs, cache_dir: Path | None) -> FileResu
         res.source_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
         return res
     from ._runtime import kernel_source
+
     text = kernel_source(path.stem)
     key = _key(text, nvcc, archs)
     # one entry per (file, arch set): a run for fewer archs (--arch) leaves the full one alone
@@ -228,14 +260,14 @@ def _check_one(path: Path, nvcc: str, archs, cache_dir: Path | None) -> FileResu
         try:
             return FileResult.from_json(entry.read_text())
         except (ValueError, TypeError, KeyError):
-            pass                                # unreadable (interrupted write): rebuild
+            pass  # unreadable (interrupted write): rebuild
     with tempfile.TemporaryDirectory() as tmp:
         pasted = Path(tmp) / path.name
         pasted.write_text(text)
         res = _build(pasted, nvcc, archs)
     res.source_sha256 = hashlib.sha256(text.encode()).hexdigest()
     if text == path.read_text():
-        shown = str(path)                       # nothing pasted: the line numbers are the file's
+        shown = str(path)  # nothing pasted: the line numbers are the file's
     elif cache_dir is not None and not res.ok:
         # headers pasted: messages' line numbers are the pasted text's; keep it to look at
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -245,18 +277,19 @@ def _check_one(path: Path, nvcc: str, archs, cache_dir: Path | None) -> FileResu
         shown = f"{path.name} (as pasted)"
     res.messages = res.messages.replace(str(pasted), shown)
     res.arch_messages = {a: m.replace(str(pasted), shown) for a, m in res.arch_messages.items()}
-    if entry is not None and res.ok:            # a failure is built again: it may be passing
+    if entry is not None and res.ok:  # a failure is built again: it may be passing
         cache_dir.mkdir(parents=True, exist_ok=True)
-        for old in cache_dir.glob(f"{prefix}*.json"):       # older versions of this file
+        for old in cache_dir.glob(f"{prefix}*.json"):  # older versions of this file
             old.unlink(missing_ok=True)
         tmp_entry = entry.with_suffix(f".{os.getpid()}.tmp")
         tmp_entry.write_text(res.to_json())
-        os.replace(tmp_entry, entry)            # atomic: a reader never sees half an entry
+        os.replace(tmp_entry, entry)  # atomic: a reader never sees half an entry
     return res
 
 
-def check_files(paths, nvcc: str, archs=ARCHS, cache_dir: Path | None = None,
-                jobs: int | None = None) -> list[FileResult]:
+def check_files(
+    paths, nvcc: str, archs=ARCHS, cache_dir: Path | None = None, jobs: int | None = None
+) -> list[FileResult]:
     """Every file for every arch, from the cache where the key matches, else built: one nvcc
     per file, `jobs` (default: CPU count) at a time, largest source first so the long builds
     do not end up alone at the tail."""
@@ -264,8 +297,7 @@ def check_files(paths, nvcc: str, archs=ARCHS, cache_dir: Path | None = None,
     order = sorted(range(len(paths)), key=lambda i: -paths[i].stat().st_size)
     out: list = [None] * len(paths)
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        futs = {i: pool.submit(_check_one, paths[i], nvcc, tuple(archs), cache_dir)
-                for i in order}
+        futs = {i: pool.submit(_check_one, paths[i], nvcc, tuple(archs), cache_dir) for i in order}
         for i, f in futs.items():
             out[i] = f.result()
     return out
@@ -276,11 +308,15 @@ def mma_smem_requests() -> dict | None:
     public mma_smem_bytes(hd, nt8) (the formula that mirrors the .cu's layout); None while
     attention has no such public function (its formula is private: no copy of it here)."""
     from . import attention as at
+
     size = getattr(at, "mma_smem_bytes", None)
     if size is None:
         return None
-    return {f"attn_partials_q8_mma_n{nt8} (hd {hd})": size(hd, nt8)
-            for hd in at.MMA_HEAD_DIMS for nt8 in range(1, at.MMA_MAX_COLS // 8 + 1)}
+    return {
+        f"attn_partials_q8_mma_n{nt8} (hd {hd})": size(hd, nt8)
+        for hd in at.MMA_HEAD_DIMS
+        for nt8 in range(1, at.MMA_MAX_COLS // 8 + 1)
+    }
 
 
 def smem_notes(sizes: dict | None, archs=ARCHS) -> list[str]:
@@ -288,14 +324,19 @@ def smem_notes(sizes: dict | None, archs=ARCHS) -> list[str]:
     lets one block opt into: on such a GPU the launch fails unless the wrapper picks another
     path. The other kernels' dynamic shared memory stays under the 48 KB every arch allows."""
     if sizes is None:
-        return ["dynamic shared memory of the mma attention kernels not checked: "
-                "qwenref.gpu.attention has no public mma_smem_bytes(hd, nt8)"]
+        return [
+            "dynamic shared memory of the mma attention kernels not checked: "
+            "qwenref.gpu.attention has no public mma_smem_bytes(hd, nt8)"
+        ]
     notes = []
     for a in archs:
         over = [f"{k} {b} B" for k, b in sizes.items() if b > SMEM_OPTIN[a]]
         if over:
-            notes.append(f"{a}: dynamic smem over the {SMEM_OPTIN[a]} B one block may have: "
-                         + ", ".join(over) + "\n    (the wrapper must pick another path there)")
+            notes.append(
+                f"{a}: dynamic smem over the {SMEM_OPTIN[a]} B one block may have: "
+                + ", ".join(over)
+                + "\n    (the wrapper must pick another path there)"
+            )
     return notes
 
 
@@ -303,6 +344,7 @@ def _kernel_files(args: list[str]) -> list[Path]:
     if args:
         return [Path(a) for a in args]
     from ._runtime import kernels_dir
+
     try:
         return sorted(kernels_dir().glob("*.cu"))
     except FileNotFoundError:
@@ -316,21 +358,32 @@ def _arch_line(arch: str, results: list[FileResult]) -> str:
     regs = f"{top[1].registers} ({top[1].name})" if top else "-"
     spill = [k.name for _, k in ks if k.spill_stores or k.spill_loads]
     some = ", ".join(spill[:2]) + (f", {len(spill) - 2} more" if len(spill) > 2 else "")
-    return (f"{arch:<7} {len(ks):>4} kernels  max regs {regs:<32} "
-            f"spilling {len(spill)}{f' ({some})' if spill else ''}  "
-            f"failed {', '.join(failed) if failed else '-'}")
+    return (
+        f"{arch:<7} {len(ks):>4} kernels  max regs {regs:<32} "
+        f"spilling {len(spill)}{f' ({some})' if spill else ''}  "
+        f"failed {', '.join(failed) if failed else '-'}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m qwenref.gpu.compile_check", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m qwenref.gpu.compile_check",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("files", nargs="*", help="default: every kernels_cuda/*.cu")
-    ap.add_argument("--no-cache", action="store_true", help="rebuild, do not read or write "
-                    "the cache")
-    ap.add_argument("--jobs", type=int, default=None, help="nvcc processes at once (default: "
-                    "CPU count)")
-    ap.add_argument("--arch", action="append", choices=ARCHS, help="only this architecture "
-                    "(repeatable; default: all of " + " ".join(ARCHS) + ")")
+    ap.add_argument(
+        "--no-cache", action="store_true", help="rebuild, do not read or write the cache"
+    )
+    ap.add_argument(
+        "--jobs", type=int, default=None, help="nvcc processes at once (default: CPU count)"
+    )
+    ap.add_argument(
+        "--arch",
+        action="append",
+        choices=ARCHS,
+        help="only this architecture (repeatable; default: all of " + " ".join(ARCHS) + ")",
+    )
     args = ap.parse_args(argv)
 
     nvcc = find_nvcc()
@@ -350,11 +403,15 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     n_cached = sum(r.cached for r in results)
     where = f", cache {cache_dir}" if cache_dir else ""
-    print(f"compile_check: nvcc {' '.join(FLAGS)} for {' '.join(archs)}, {len(files)} file(s): "
-          f"{len(files) - n_cached} built, {n_cached} cached, {wall:.1f} s{where}")
+    print(
+        f"compile_check: nvcc {' '.join(FLAGS)} for {' '.join(archs)}, {len(files)} file(s): "
+        f"{len(files) - n_cached} built, {n_cached} cached, {wall:.1f} s{where}"
+    )
     print(f"per kernel, {table}:")
-    print(f"{'file':<20} {'kernel':<34} {'regs':>5} {'stack':>6} {'spill_st':>9} "
-          f"{'spill_ld':>9} {'smem':>7}")
+    print(
+        f"{'file':<20} {'kernel':<34} {'regs':>5} {'stack':>6} {'spill_st':>9} "
+        f"{'spill_ld':>9} {'smem':>7}"
+    )
     for r in results:
         if table in r.failed_archs:
             print(f"{r.name:<20} FAILED TO COMPILE for {table}")
@@ -363,8 +420,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r.name:<20} (no kernels)")
         for k in r.kernels.get(table, []):
             spill = "  <- spills" if k.spill_stores or k.spill_loads else ""
-            print(f"{r.name:<20} {k.name:<34} {k.registers:>5} {k.stack:>6} {k.spill_stores:>9} "
-                  f"{k.spill_loads:>9} {k.smem:>7}{spill}")
+            print(
+                f"{r.name:<20} {k.name:<34} {k.registers:>5} {k.stack:>6} {k.spill_stores:>9} "
+                f"{k.spill_loads:>9} {k.smem:>7}{spill}"
+            )
     print("per arch:")
     for a in archs:
         print("  " + _arch_line(a, results))
@@ -377,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         for a in r.failed_archs:
             print(f"--- {a}:\n{r.arch_messages.get(a) or r.messages}")
     for r in results:
-        if r.ok and r.messages:     # warnings: shown, not fatal
+        if r.ok and r.messages:  # warnings: shown, not fatal
             print(f"{r.name}: nvcc says:\n{r.messages}")
     if failed:
         which = ", ".join(f"{r.name} ({' '.join(r.failed_archs)})" for r in failed)

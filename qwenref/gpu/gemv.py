@@ -15,17 +15,26 @@ split-K CTAs with fused epilogues). rung_kernel names the kernel a rung launches
 
 Shape letters: nb rows (decode tokens), n_in input features, n_out output features.
 """
+
 from __future__ import annotations
 
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 
-__all__ = ["linear", "gemv_f32", "q8_weight", "gemv_q8", "RUNGS", "DEFAULT_RUNG", "rung_kernel",
-           "pick_kernel"]
+__all__ = [
+    "linear",
+    "gemv_f32",
+    "q8_weight",
+    "gemv_q8",
+    "RUNGS",
+    "DEFAULT_RUNG",
+    "rung_kernel",
+    "pick_kernel",
+]
 
 RUNGS = {"gemv": ("v0", "v1")}
 DEFAULT_RUNG = {"gemv": "v1"}
 
-_MAX_NB = 8              # gemv_{q8,f32}_nb1 .. _nb8
+_MAX_NB = 8  # gemv_{q8,f32}_nb1 .. _nb8
 
 # gemv.cu configuration per (weight kind, nb): (ROWS output rows per CTA, THREADS per CTA,
 # UNROLL chunks per thread in flight); the kernel gemv_<kind>_nb<nb>_r<ROWS>t<THREADS>u<UNROLL>
@@ -78,8 +87,7 @@ def rung_kernel(family, impl=None, *, kind="q8", nb=1, n_out=None):
         raise ValueError(f"nb must be a positive int, got {nb!r}")
     if n_out is None:
         raise ValueError("n_out is needed for the v1 rung (its kernel depends on it)")
-    names = [pick_kernel(kind, min(_MAX_NB, nb - b0), n_out)[2]
-             for b0 in range(0, nb, _MAX_NB)]
+    names = [pick_kernel(kind, min(_MAX_NB, nb - b0), n_out)[2] for b0 in range(0, nb, _MAX_NB)]
     return "+".join(dict.fromkeys(names))
 
 
@@ -95,21 +103,25 @@ def _check_x(x, n_in=None):
 def _check_x16(x):
     """The GEMV kernels load x 16 bytes at a time."""
     if x.data.ptr % 16 or x.shape[1] % 4:
-        raise ValueError(f"x must start on a 16-byte boundary with a row length that is a "
-                         f"multiple of 4 (the kernel loads 16 bytes at once), got shape {x.shape}")
+        raise ValueError(
+            f"x must start on a 16-byte boundary with a row length that is a "
+            f"multiple of 4 (the kernel loads 16 bytes at once), got shape {x.shape}"
+        )
 
 
 def linear(x, w, out=None):
     """y = x @ w.T in float32 through cuBLAS. x [nb, in], w [out, in] -> [nb, out]."""
     cp = cupy()
     from cupy import cublas
+
     check_array("w", w, dtype="float32", ndim=2)
     _check_x(x)
     if x.shape[1] != w.shape[1]:
-        raise ValueError(f"x [nb, {x.shape[1]}] and w [out, {w.shape[1]}] disagree on the "
-                         f"input dim")
+        raise ValueError(
+            f"x [nb, {x.shape[1]}] and w [out, {w.shape[1]}] disagree on the input dim"
+        )
     y = out_array("out", out, (x.shape[0], w.shape[0]), cp.float32)
-    cublas.gemm("N", "T", x, w, out=y)               # C-contiguous all round: one sgemm, no copy
+    cublas.gemm("N", "T", x, w, out=y)  # C-contiguous all round: one sgemm, no copy
     return y
 
 
@@ -128,7 +140,7 @@ def q8_weight(w, q_out=None, d_out=None):
     d = out_array("d_out", d_out, (n_out, n_in // 32), cp.float16)
     n_groups = n_out * (n_in // 32)
     if n_groups:
-        blocks = min((n_groups + 7) // 8, 132 * 64)   # 8 warps (groups) per block, grid-stride
+        blocks = min((n_groups + 7) // 8, 132 * 64)  # 8 warps (groups) per block, grid-stride
         _k("q8_quantize_rows")((blocks,), (256,), (w, q, d, cp.int64(n_groups)))
     return q, d
 
@@ -158,17 +170,32 @@ def _launch(kind, x, w, d, y, ends=None, mode=0, resid=None):
     nb, n_in = x.shape
     n_out = w.shape[0]
     e = list(ends or ()) + [n_out] * (4 - len(ends or ()))
-    rs = cp.uint64(0) if resid is None else resid      # NULL: no residual
+    rs = cp.uint64(0) if resid is None else resid  # NULL: no residual
     dd = cp.uint64(0) if d is None else d
     for b0 in range(0, nb, _MAX_NB):
         n = min(_MAX_NB, nb - b0)
         rows, threads, name = pick_kernel(kind, n, n_out)
-        xs = x[b0:b0 + n]                               # contiguous rows, 16-byte aligned
+        xs = x[b0 : b0 + n]  # contiguous rows, 16-byte aligned
         _k(name)(
-            ((n_out + rows - 1) // rows,), (threads,), (
-                xs, w, dd, y, rs, cp.int32(n_in), cp.int32(n_out), cp.int32(e[0]),
-                cp.int32(e[1]), cp.int32(e[2]), cp.int32(e[3]), cp.int32(b0), cp.int32(nb),
-                cp.int32(mode)))
+            ((n_out + rows - 1) // rows,),
+            (threads,),
+            (
+                xs,
+                w,
+                dd,
+                y,
+                rs,
+                cp.int32(n_in),
+                cp.int32(n_out),
+                cp.int32(e[0]),
+                cp.int32(e[1]),
+                cp.int32(e[2]),
+                cp.int32(e[3]),
+                cp.int32(b0),
+                cp.int32(nb),
+                cp.int32(mode),
+            ),
+        )
     return y
 
 
@@ -180,11 +207,13 @@ def _launch_v0(kind, x, w, d, y, resid=None):
     n_out = w.shape[0]
     if nb * n_out == 0:
         return y
-    rs = cp.uint64(0) if resid is None else resid      # NULL: no residual
+    rs = cp.uint64(0) if resid is None else resid  # NULL: no residual
     wd = (w,) if d is None else (w, d)
     kernel("gemv_v0", f"gemv_{kind}_v0")(
-        ((nb * n_out + 7) // 8,), (256,),
-        (x, *wd, y, rs, cp.int32(nb), cp.int32(n_in), cp.int32(n_out)))
+        ((nb * n_out + 7) // 8,),
+        (256,),
+        (x, *wd, y, rs, cp.int32(nb), cp.int32(n_in), cp.int32(n_out)),
+    )
     return y
 
 
@@ -205,8 +234,10 @@ def _check_f32w(w, n_in=None):
     if n_in is not None and k != n_in:
         raise ValueError(f"w must have shape [n_out, {n_in}] to match x, got {w.shape}")
     if k % 4 or w.data.ptr % 16:
-        raise ValueError(f"w's rows must be 16-byte aligned (input dim a multiple of 4, got "
-                         f"{k}) for gemv_f32: use linear() otherwise")
+        raise ValueError(
+            f"w's rows must be 16-byte aligned (input dim a multiple of 4, got "
+            f"{k}) for gemv_f32: use linear() otherwise"
+        )
     return n_out, k
 
 
@@ -265,7 +296,7 @@ def gemv_segments(x, w, d, seg_ends, out=None, impl=None):
     flat = out_array("out", out, (nb * n_out,), cp.float32)
     kind = "q8" if d is not None else "f32"
     bounds = [0] + ends + [n_out]
-    parts = [flat[nb * s:nb * e].reshape(nb, e - s) for s, e in zip(bounds, bounds[1:])]
+    parts = [flat[nb * s : nb * e].reshape(nb, e - s) for s, e in zip(bounds, bounds[1:])]
     if rung == "v0":
         y = _launch_v0(kind, x, w, d, cp.empty((nb, n_out), cp.float32))
         for p, s, e in zip(parts, bounds, bounds[1:]):
@@ -312,8 +343,9 @@ def swiglu_interleaved(gu, out=None):
         raise ValueError(f"gu must have an even number of columns (gate/up pairs), got {gu.shape}")
     act = out_array("out", out, (nb, n2 // 2), cp.float32)
     n = nb * (n2 // 2)
-    _k("swiglu_interleaved")(((n + 255) // 256,), (256,),
-                             (gu, act, cp.int32(nb), cp.int32(n2 // 2)))
+    _k("swiglu_interleaved")(
+        ((n + 255) // 256,), (256,), (gu, act, cp.int32(nb), cp.int32(n2 // 2))
+    )
     return act
 
 
@@ -326,4 +358,3 @@ def interleave_rows(a, b):
     out = xp.empty((2 * a.shape[0],) + a.shape[1:], dtype=a.dtype)
     out[0::2], out[1::2] = a, b
     return out
-

@@ -20,28 +20,39 @@ indexer_select.cu, the fast kernels). Every rung gets the same argument checks a
 handling and returns the same values; rung_kernel(family, impl, **shape) names the kernel a
 rung launches.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from .._args import float_arg as _float_arg, int_arg as _int_arg
-
+from .._args import float_arg as _float_arg
+from .._args import int_arg as _int_arg
 from ._runtime import check_array, kernel, out_array, resolve_rung
 
-__all__ = ["indexer_queries", "update_block_keys", "block_scores", "select_rows",
-           "select_kernel_name", "rung_kernel", "RUNGS", "DEFAULT_RUNG", "MAX_BLOCKS", "MAX_IHD"]
+__all__ = [
+    "indexer_queries",
+    "update_block_keys",
+    "block_scores",
+    "select_rows",
+    "select_kernel_name",
+    "rung_kernel",
+    "RUNGS",
+    "DEFAULT_RUNG",
+    "MAX_BLOCKS",
+    "MAX_IHD",
+]
 
 # each family's rungs in teaching order; select_rows runs block_scores and select of one rung
 RUNGS = {"update_block_keys": ("v0", "v1"), "block_scores": ("v0", "v1"), "select": ("v0", "v1")}
 DEFAULT_RUNG = {"update_block_keys": "v1", "block_scores": "v1", "select": "v1"}
 
-MAX_IHD = 512               # MAX_IHD in indexer.cu (the norm/RoPE vector lives in smem)
-_SEL_THREADS = 256           # SEL_THREADS in indexer_select.cu
-MAX_BLOCKS = 8192            # SEL_MAX_BLOCKS in indexer_select.cu
-_SCORE_WARPS = 16           # block keys per scoring CTA (512 threads): SCORE_WARPS in indexer.cu
-_SELECT_MODULE = "indexer_select"   # the v1 selection kernels' module (the rest: "indexer")
-_SMEM_LIMIT = 48 * 1024     # the scoring kernels' q rows: inh * ihd float64
-_V0_THREADS = 128           # threads per CTA of update_block_keys_v0 and block_scores_v0
+MAX_IHD = 512  # MAX_IHD in indexer.cu (the norm/RoPE vector lives in smem)
+_SEL_THREADS = 256  # SEL_THREADS in indexer_select.cu
+MAX_BLOCKS = 8192  # SEL_MAX_BLOCKS in indexer_select.cu
+_SCORE_WARPS = 16  # block keys per scoring CTA (512 threads): SCORE_WARPS in indexer.cu
+_SELECT_MODULE = "indexer_select"  # the v1 selection kernels' module (the rest: "indexer")
+_SMEM_LIMIT = 48 * 1024  # the scoring kernels' q rows: inh * ihd float64
+_V0_THREADS = 128  # threads per CTA of update_block_keys_v0 and block_scores_v0
 
 
 def _rung(family, impl):
@@ -62,8 +73,9 @@ def rung_kernel(family, impl=None, **shape):
     if family == "block_scores":
         return "indexer_block_scores"
     if "nblk" not in shape or "kblk" not in shape:
-        raise TypeError("rung_kernel('select', 'v1') needs nblk= and kblk= (its kernel depends "
-                        "on them)")
+        raise TypeError(
+            "rung_kernel('select', 'v1') needs nblk= and kblk= (its kernel depends on them)"
+        )
     return select_kernel_name(shape["nblk"], shape["kblk"])
 
 
@@ -84,8 +96,10 @@ def _indexer_state(cache):
     """cache.idx_keys [max_t, ihd], cache.blk_keys [nblk, ihd] (cupy float32)."""
     for a in ("cfg", "idx_keys", "blk_keys"):
         if not hasattr(cache, a):
-            raise TypeError(f"cache must be a qwenref.gpu.KVCache (no attribute {a!r}), "
-                            f"got {type(cache).__name__}")
+            raise TypeError(
+                f"cache must be a qwenref.gpu.KVCache (no attribute {a!r}), "
+                f"got {type(cache).__name__}"
+            )
     if cache.idx_keys is None or cache.blk_keys is None:
         raise ValueError("cache holds no indexer state (idx_keys / blk_keys are None)")
     check_array("cache.idx_keys", cache.idx_keys, np.float32, ndim=2)
@@ -123,9 +137,20 @@ def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6, out
     out = out_array("out", out, (nb, inh, ihd), np.float32)
     if nb * inh:
         kernel("indexer", "indexer_norm_rope")(
-            (nb * inh,), (128,),
-            (q_raw, np.int32(ihd), np.int32(inh), positions, q_norm_w, np.float32(eps),
-             np.int32(rotary_dim), np.float64(theta), out))
+            (nb * inh,),
+            (128,),
+            (
+                q_raw,
+                np.int32(ihd),
+                np.int32(inh),
+                positions,
+                q_norm_w,
+                np.float32(eps),
+                np.int32(rotary_dim),
+                np.float64(theta),
+                out,
+            ),
+        )
     return out
 
 
@@ -151,26 +176,36 @@ def update_block_keys(cache, k_norm_w, cfg, t0, t1, *, impl=None):
         raise ValueError(f"t1 ({t1}) must be >= t0 ({t0})")
     if t1 > len(cache):
         raise ValueError(f"t1 ({t1}) must be <= len(cache) ({len(cache)})")
-    blocks = np.arange(t0 // R, t1 // R, dtype=np.int64)        # [nj]
+    blocks = np.arange(t0 // R, t1 // R, dtype=np.int64)  # [nj]
     if blocks.size and blocks[-1] >= blk_keys.shape[0]:
-        raise ValueError(f"cache.blk_keys has {blk_keys.shape[0]} rows, block "
-                         f"{int(blocks[-1])} does not fit")
+        raise ValueError(
+            f"cache.blk_keys has {blk_keys.shape[0]} rows, block {int(blocks[-1])} does not fit"
+        )
     if blocks.size:
-        _launch_block_keys(rung, idx_keys, ihd, R, int(blocks[0]), int(blocks.size), k_norm_w,
-                           cfg, blk_keys)
+        _launch_block_keys(
+            rung, idx_keys, ihd, R, int(blocks[0]), int(blocks.size), k_norm_w, cfg, blk_keys
+        )
     return blocks
 
 
 def _launch_block_keys(rung, idx_keys, ihd, R, j0, nj, k_norm_w, cfg, blk_keys):
-    norm_rope = (k_norm_w, np.float32(cfg.rms_norm_eps), np.int32(cfg.indexer_rotary_dim),
-                 np.float64(cfg.rope_theta), blk_keys)
+    norm_rope = (
+        k_norm_w,
+        np.float32(cfg.rms_norm_eps),
+        np.int32(cfg.indexer_rotary_dim),
+        np.float64(cfg.rope_theta),
+        blk_keys,
+    )
     if rung == "v0":
         kernel("indexer_v0", "update_block_keys_v0")(
-            (-(-nj // _V0_THREADS),), (_V0_THREADS,),
-            (idx_keys, np.int32(ihd), np.int32(R), np.int32(j0), np.int32(nj), *norm_rope))
+            (-(-nj // _V0_THREADS),),
+            (_V0_THREADS,),
+            (idx_keys, np.int32(ihd), np.int32(R), np.int32(j0), np.int32(nj), *norm_rope),
+        )
     else:
         kernel("indexer", "indexer_block_keys")(
-            (nj,), (128,), (idx_keys, np.int32(ihd), np.int32(R), np.int32(j0), *norm_rope))
+            (nj,), (128,), (idx_keys, np.int32(ihd), np.int32(R), np.int32(j0), *norm_rope)
+        )
 
 
 # ---- scoring and selection -----------------------------------------------------------------
@@ -182,27 +217,53 @@ def _check_scoring(q, cache, base_pos):
     if nb < 1 or inh < 1:
         raise ValueError(f"q must hold at least one row and one head, got shape {q.shape}")
     if inh * ihd * 8 > _SMEM_LIMIT:
-        raise ValueError(f"q's heads * width = {inh} * {ihd} does not fit the scoring kernel's "
-                         f"shared memory ({_SMEM_LIMIT // 8} float64 values)")
+        raise ValueError(
+            f"q's heads * width = {inh} * {ihd} does not fit the scoring kernel's "
+            f"shared memory ({_SMEM_LIMIT // 8} float64 values)"
+        )
     base_pos = _int_arg("base_pos", base_pos, 0)
     if base_pos + nb > len(cache):
-        raise ValueError(f"base_pos + nb = {base_pos} + {nb} exceeds len(cache) = {len(cache)}: "
-                         f"row b scores the blocks complete at position base_pos + b")
+        raise ValueError(
+            f"base_pos + nb = {base_pos} + {nb} exceeds len(cache) = {len(cache)}: "
+            f"row b scores the blocks complete at position base_pos + b"
+        )
     return nb, inh, ihd, nblk, base_pos
 
 
 def _launch_scores(rung, q, blk_keys, nb, inh, ihd, nblk, base_pos, R, out):
     if rung == "v0":
         kernel("indexer_v0", "block_scores_v0")(
-            (-(-nblk // _V0_THREADS), nb), (_V0_THREADS,),
-            (q, blk_keys, np.int32(inh), np.int32(ihd), np.int32(nblk), np.int32(base_pos),
-             np.int32(R), np.float64(ihd ** -0.5), out))
+            (-(-nblk // _V0_THREADS), nb),
+            (_V0_THREADS,),
+            (
+                q,
+                blk_keys,
+                np.int32(inh),
+                np.int32(ihd),
+                np.int32(nblk),
+                np.int32(base_pos),
+                np.int32(R),
+                np.float64(ihd**-0.5),
+                out,
+            ),
+        )
         return
     kernel("indexer", "indexer_block_scores")(
-        (-(-nblk // _SCORE_WARPS), nb), (32 * _SCORE_WARPS,),
-        (q, blk_keys, np.int32(inh), np.int32(ihd), np.int32(nblk), np.int32(base_pos),
-         np.int32(R), np.float64(ihd ** -0.5), out),
-        shared_mem=inh * ihd * 8)
+        (-(-nblk // _SCORE_WARPS), nb),
+        (32 * _SCORE_WARPS,),
+        (
+            q,
+            blk_keys,
+            np.int32(inh),
+            np.int32(ihd),
+            np.int32(nblk),
+            np.int32(base_pos),
+            np.int32(R),
+            np.float64(ihd**-0.5),
+            out,
+        ),
+        shared_mem=inh * ihd * 8,
+    )
 
 
 def block_scores(q, cache, base_pos, out=None, *, impl=None):
@@ -214,13 +275,33 @@ def block_scores(q, cache, base_pos, out=None, *, impl=None):
     nb, inh, ihd, nblk, base_pos = _check_scoring(q, cache, base_pos)
     out = out_array("out", out, (nb, nblk), np.float32)
     if nblk:
-        _launch_scores(rung, q, cache.blk_keys, nb, inh, ihd, nblk, base_pos,
-                       cache.cfg.indexer_compress_ratio, out)
+        _launch_scores(
+            rung,
+            q,
+            cache.blk_keys,
+            nb,
+            inh,
+            ihd,
+            nblk,
+            base_pos,
+            cache.cfg.indexer_compress_ratio,
+            out,
+        )
     return out
 
 
-def select_rows(q, cache, base_pos, cfg, *, sel_idx_out=None, sel_n_out=None, mask_out=None,
-                scores_out=None, impl=None):
+def select_rows(
+    q,
+    cache,
+    base_pos,
+    cfg,
+    *,
+    sel_idx_out=None,
+    sel_n_out=None,
+    mask_out=None,
+    scores_out=None,
+    impl=None,
+):
     """Per row b at position t = base_pos + b with nc = (t+1)//R complete blocks: dense
     (sel_n[b] = 0, block_mask[b, :nc] = 1) while nc <= kblk; else keep block nc-1 plus the
     kblk-1 best others by block_scores (exact ties: lower index) and the tail [nc*R, t]:
@@ -236,11 +317,15 @@ def select_rows(q, cache, base_pos, cfg, *, sel_idx_out=None, sel_n_out=None, ma
     nb, inh, ihd, nblk, base_pos = _check_scoring(q, cache, base_pos)
     R, kblk = cfg.indexer_compress_ratio, cfg.kblk
     if nblk > MAX_BLOCKS:
-        raise ValueError(f"cache.blk_keys has {nblk} blocks; the selection kernel takes at most "
-                         f"{MAX_BLOCKS} (max_t // R)")
+        raise ValueError(
+            f"cache.blk_keys has {nblk} blocks; the selection kernel takes at most "
+            f"{MAX_BLOCKS} (max_t // R)"
+        )
     if (base_pos + nb) // R > nblk:
-        raise ValueError(f"base_pos + nb = {base_pos} + {nb} has {(base_pos + nb) // R} complete "
-                         f"blocks of R = {R}, more than cache.blk_keys' {nblk} rows")
+        raise ValueError(
+            f"base_pos + nb = {base_pos} + {nb} has {(base_pos + nb) // R} complete "
+            f"blocks of R = {R}, more than cache.blk_keys' {nblk} rows"
+        )
     width = kblk * R + R
     scores = out_array("scores_out", scores_out, (nb, nblk), np.float32)
     sel_idx = out_array("sel_idx_out", sel_idx_out, (nb, width), np.int32)
@@ -255,10 +340,19 @@ def select_rows(q, cache, base_pos, cfg, *, sel_idx_out=None, sel_n_out=None, ma
 def _launch_select(rung, scores, nb, nblk, base_pos, R, kblk, sel_idx, sel_n, mask):
     """The selection launch of select_rows on scores [nb, nblk] (-inf past each row's blocks):
     sel_idx [nb, kblk*R + R], sel_n [nb], mask [nb, nblk]. Both rungs take the same arguments."""
-    args = (scores, np.int32(nblk), np.int32(base_pos), np.int32(R), np.int32(kblk),
-            np.int32(kblk * R + R), sel_idx, sel_n, mask)
+    args = (
+        scores,
+        np.int32(nblk),
+        np.int32(base_pos),
+        np.int32(R),
+        np.int32(kblk),
+        np.int32(kblk * R + R),
+        sel_idx,
+        sel_n,
+        mask,
+    )
     if rung == "v0":
-        kernel("indexer_v0", "select_v0")((nb,), (1,), args)      # a thread per row
+        kernel("indexer_v0", "select_v0")((nb,), (1,), args)  # a thread per row
     else:
         kernel(_SELECT_MODULE, select_kernel_name(nblk, kblk))((nb,), (_SEL_THREADS,), args)
 

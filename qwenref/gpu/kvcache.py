@@ -12,6 +12,7 @@ q8 group or per turbo row, the golden formulas written out, one launch per side)
 (kernels_cuda/kvcache.cu: the fast kernels, K and V in one launch; the default). Both store
 the same bytes. f32 and bf16 sides use kvcache.cu's copies for every rung.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,19 @@ from ..kvcache_base import KVCacheBase
 from ..layout import CACHE_KINDS, Q8_GROUP, TURBO_GROUP, turbo_bits
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 
-__all__ = ["CACHE_KINDS", "q8_quantize", "q8_dequantize", "turbo_quantize", "turbo_dequantize",
-           "bf16_bits", "bf16_from_bits", "KVCache", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
+__all__ = [
+    "CACHE_KINDS",
+    "q8_quantize",
+    "q8_dequantize",
+    "turbo_quantize",
+    "turbo_dequantize",
+    "bf16_bits",
+    "bf16_from_bits",
+    "KVCache",
+    "RUNGS",
+    "DEFAULT_RUNG",
+    "rung_kernel",
+]
 
 _THREADS = 128
 _MAX_GRID = 1 << 20
@@ -40,7 +52,7 @@ def _k(fn):
 # ---- rungs ----------------------------------------------------------------------------------
 RUNGS = {"q8_append": ("v0", "v1"), "turbo_append": ("v0", "v1")}
 DEFAULT_RUNG = {"q8_append": "v1", "turbo_append": "v1"}
-_V0_TURBO_MAX_HD = 256        # turbo_append_v0 holds a row in a 256-float local array
+_V0_TURBO_MAX_HD = 256  # turbo_append_v0 holds a row in a 256-float local array
 
 
 def _rung(family, impl):
@@ -57,10 +69,16 @@ def rung_kernel(family, impl=None, **shape):
     if family == "q8_append":
         return "kv_append_q8"
     hd, cap = shape.get("head_dim"), KVCache.max_turbo_head_dim
-    if isinstance(hd, bool) or not isinstance(hd, (int, np.integer)) or hd < 16 \
-            or hd & (hd - 1) or hd > cap:
-        raise ValueError(f"head_dim must be a power of two in [16, {cap}] "
-                         f"for {family!r} {impl!r}, got {hd!r}")
+    if (
+        isinstance(hd, bool)
+        or not isinstance(hd, (int, np.integer))
+        or hd < 16
+        or hd & (hd - 1)
+        or hd > cap
+    ):
+        raise ValueError(
+            f"head_dim must be a power of two in [16, {cap}] for {family!r} {impl!r}, got {hd!r}"
+        )
     return f"kv_append_turbo_n{int(hd)}"
 
 
@@ -83,8 +101,9 @@ def q8_quantize(x, q_out=None, d_out=None):
     groups = x.size // Q8_GROUP
     if groups:
         # 8 lanes per group: 4 groups per warp, 16 per 128-thread block
-        _k("q8_quantize_f32")(_grid(groups, _THREADS // 8), (_THREADS,),
-                              (x, q_out, d_out, np.int64(groups)))
+        _k("q8_quantize_f32")(
+            _grid(groups, _THREADS // 8), (_THREADS,), (x, q_out, d_out, np.int64(groups))
+        )
     return q_out, d_out
 
 
@@ -115,8 +134,11 @@ def turbo_quantize(x, bits, codes_out=None, d_out=None):
     groups = x.size // TURBO_GROUP
     if groups:
         # two lanes per group of 16
-        _k("turbo_quantize_f32")(_grid(2 * groups, _THREADS), (_THREADS,),
-                                 (x, codes_out, d_out, np.int64(groups), np.int32(bits)))
+        _k("turbo_quantize_f32")(
+            _grid(2 * groups, _THREADS),
+            (_THREADS,),
+            (x, codes_out, d_out, np.int64(groups), np.int32(bits)),
+        )
     return codes_out, d_out
 
 
@@ -125,14 +147,16 @@ def turbo_dequantize(codes, d, bits, out=None):
     bits = bits_arg(bits)
     check_array("codes", codes, np.uint8)
     if codes.ndim < 2 or codes.shape[-1] != 2 * bits:
-        raise ValueError(f"codes must be [..., groups, {2 * bits}] for bits={bits}, "
-                         f"got shape {codes.shape}")
+        raise ValueError(
+            f"codes must be [..., groups, {2 * bits}] for bits={bits}, got shape {codes.shape}"
+        )
     check_array("d", d, np.float16, codes.shape[:-1])
     out = out_array("out", out, codes.shape[:-2] + (codes.shape[-2] * TURBO_GROUP,), np.float32)
     groups = d.size
     if groups:
-        _k("turbo_dequantize_f32")(_grid(groups, _THREADS), (_THREADS,),
-                                   (codes, d, out, np.int64(groups), np.int32(bits)))
+        _k("turbo_dequantize_f32")(
+            _grid(groups, _THREADS), (_THREADS,), (codes, d, out, np.int64(groups), np.int32(bits))
+        )
     return out
 
 
@@ -166,26 +190,41 @@ def _side_append(side, store, x, t0, max_t, store1=None, x1=None):
     dims = (np.int32(nb), np.int32(nkv), np.int32(hd), np.int32(max_t), np.int32(t0))
     block = (_THREADS,)
     if side in ("f32", "bf16"):
-        grid = _grid(rows, _THREADS // 32)                      # one warp per (token, head)
+        grid = _grid(rows, _THREADS // 32)  # one warp per (token, head)
         _k(f"kv_append_{side}")(grid, block, (x, store["data"], *dims))
         return
     sides = 1 if store1 is None else 2
     if store1 is None:
         store1, x1 = store, x
     if side == "q8":
-        units = sides * rows * (hd // 8)                         # 8 values per thread
-        _k("kv_append_q8")(_grid(units, _THREADS), block,
-                           (x, store["q"], store["d"], x1, store1["q"], store1["d"], *dims,
-                            np.int32(sides)))
+        units = sides * rows * (hd // 8)  # 8 values per thread
+        _k("kv_append_q8")(
+            _grid(units, _THREADS),
+            block,
+            (x, store["q"], store["d"], x1, store1["q"], store1["d"], *dims, np.int32(sides)),
+        )
     else:
-        e = max(4, hd // 32)                                     # values per lane (wht.cu layout)
-        per_warp = (32 // (hd // e)) * (1 if e >= 16 else 16 // e)   # rows per warp step
+        e = max(4, hd // 32)  # values per lane (wht.cu layout)
+        per_warp = (32 // (hd // e)) * (1 if e >= 16 else 16 // e)  # rows per warp step
         warps = -(-sides * rows // per_warp)
         _k(f"kv_append_turbo_n{hd}")(
-            _grid(warps, _THREADS // 32), block,
-            (x, store["codes"], store["d"], x1, store1["codes"], store1["d"], np.int32(nb),
-             np.int32(nkv), np.int32(max_t), np.int32(t0),
-             np.int32(turbo_bits(side)), np.int32(sides)))
+            _grid(warps, _THREADS // 32),
+            block,
+            (
+                x,
+                store["codes"],
+                store["d"],
+                x1,
+                store1["codes"],
+                store1["d"],
+                np.int32(nb),
+                np.int32(nkv),
+                np.int32(max_t),
+                np.int32(t0),
+                np.int32(turbo_bits(side)),
+                np.int32(sides),
+            ),
+        )
 
 
 def _side_append_v0(side, store, x, t0, max_t):
@@ -202,8 +241,8 @@ def _side_append_v0(side, store, x, t0, max_t):
     else:
         grid = _grid(nb * nkv, _THREADS)
         kernel("kvcache_v0", "turbo_append_v0")(
-            grid, (_THREADS,),
-            (x, store["codes"], store["d"], *dims, np.int32(turbo_bits(side))))
+            grid, (_THREADS,), (x, store["codes"], store["d"], *dims, np.int32(turbo_bits(side)))
+        )
 
 
 class KVCache(KVCacheBase):
@@ -217,7 +256,7 @@ class KVCache(KVCacheBase):
     stores cupy arrays, and its append launches the kernels above.
     """
 
-    max_turbo_head_dim = 1024     # the fused rotate + quantize append holds a row in registers
+    max_turbo_head_dim = 1024  # the fused rotate + quantize append holds a row in registers
 
     @property
     def xp(self):
@@ -250,10 +289,11 @@ class KVCache(KVCacheBase):
         check_array("v", v, np.float32, k.shape)
         if self._index_k_given(index_k):
             check_array("index_k", index_k, np.float32, (nb, cfg.indexer_head_dim))
-        if impl == "v0" and (self.k_rotated or self.v_rotated) \
-                and cfg.head_dim > _V0_TURBO_MAX_HD:
-            raise ValueError(f"impl 'v0' holds a turbo row in a {_V0_TURBO_MAX_HD}-float local "
-                             f"array: head_dim {cfg.head_dim} needs impl 'v1'")
+        if impl == "v0" and (self.k_rotated or self.v_rotated) and cfg.head_dim > _V0_TURBO_MAX_HD:
+            raise ValueError(
+                f"impl 'v0' holds a turbo row in a {_V0_TURBO_MAX_HD}-float local "
+                f"array: head_dim {cfg.head_dim} needs impl 'v1'"
+            )
         return k, v, index_k
 
     def _store(self, k, v, t0, impl):

@@ -23,6 +23,7 @@ is queued; qwenref.timing.stage_us times the stages with it (no timing lives her
 Shape letters: nb rows, nh q heads, nkv kv heads, hd head_dim, H hidden, I intermediate,
 inh/ihd indexer heads/width.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,19 +37,38 @@ from ._runtime import check_array, cupy
 __all__ = ["FullAttentionLayer", "DecodeGraph", "STAGES"]
 
 # Stage names in execution order (on_stage's names after "start"; absent stages are skipped).
-STAGES = ("input_norm", "qkv_proj", "qk_norm_rope", "indexer_q", "kv_append", "block_keys",
-          "select", "attention", "o_proj", "post_norm", "mlp_gate_up", "mlp_down")
+STAGES = (
+    "input_norm",
+    "qkv_proj",
+    "qk_norm_rope",
+    "indexer_q",
+    "kv_append",
+    "block_keys",
+    "select",
+    "attention",
+    "o_proj",
+    "post_norm",
+    "mlp_gate_up",
+    "mlp_down",
+)
 
 
 @functools.lru_cache(maxsize=None)
 def _ops():
     """The sibling stage wrappers, imported on first use (importing this module needs no CuPy)."""
     from . import attention, gemv, indexer, norm, rope
+
     return types.SimpleNamespace(
-        rms_norm=norm.rms_norm, add_rms_norm=norm.add_rms_norm, qk_norm_rope=rope.qk_norm_rope,
-        indexer_queries=indexer.indexer_queries, update_block_keys=indexer.update_block_keys,
-        select_rows=indexer.select_rows, decode_attention=attention.decode_attention,
-        attention_plan=attention.plan, gemv=gemv)
+        rms_norm=norm.rms_norm,
+        add_rms_norm=norm.add_rms_norm,
+        qk_norm_rope=rope.qk_norm_rope,
+        indexer_queries=indexer.indexer_queries,
+        update_block_keys=indexer.update_block_keys,
+        select_rows=indexer.select_rows,
+        decode_attention=attention.decode_attention,
+        attention_plan=attention.plan,
+        gemv=gemv,
+    )
 
 
 class _Scratch:
@@ -61,11 +81,13 @@ class _Scratch:
         self.nb = nb
         self.pos = cp.zeros((nb,), cp.int32)
         self.h = cp.empty((nb, H), f)
-        self.proj = cp.empty((nb * layer.n_proj,), f)           # segmented q|k|v|iq|ik output
+        self.proj = cp.empty((nb * layer.n_proj,), f)  # segmented q|k|v|iq|ik output
         self.q = cp.empty((nb, c.nh, hd), f)
         self.k = cp.empty((nb, c.nkv, hd), f)
         self.gate = cp.empty((nb, c.nh, hd), f)
-        self.iq = cp.empty((nb, c.indexer_n_heads, c.indexer_head_dim), f) if c.has_indexer else None
+        self.iq = (
+            cp.empty((nb, c.indexer_n_heads, c.indexer_head_dim), f) if c.has_indexer else None
+        )
         self.attn = cp.empty((nb, c.nh, hd), f)
         self.o = cp.empty((nb, H), f)
         self.h2 = cp.empty((nb, H), f)
@@ -80,7 +102,7 @@ class _Scratch:
         """[qg, k, v, iq_raw, ik] projection outputs as contiguous [nb, len] views."""
         nb, out, s = self.nb, [], 0
         for n in layer.seg_sizes:
-            out.append(self.proj[nb * s:nb * (s + n)].reshape(nb, n))
+            out.append(self.proj[nb * s : nb * (s + n)].reshape(nb, n))
             s += n
         return out
 
@@ -113,46 +135,57 @@ class FullAttentionLayer:
         self.q_norm = up(f32("self_attn.q_norm.weight"))
         self.k_norm = up(f32("self_attn.k_norm.weight"))
         self.iq_norm = self.ik_norm = None
-        # projection rows: q_proj [2·nh·hd] | k_proj | v_proj | indexer q [inh·ihd] | indexer k [ihd]
-        parts = [f32("self_attn.q_proj.weight"), f32("self_attn.k_proj.weight"),
-                 f32("self_attn.v_proj.weight")]
+        # projection rows: q_proj [2·nh·hd] | k_proj | v_proj | indexer q [inh·ihd]
+        # | indexer k [ihd]
+        parts = [
+            f32("self_attn.q_proj.weight"),
+            f32("self_attn.k_proj.weight"),
+            f32("self_attn.v_proj.weight"),
+        ]
         if c.has_indexer:
             self.iq_norm = up(f32("self_attn.indexer.q_norm.weight"))
             self.ik_norm = up(f32("self_attn.indexer.k_norm.weight"))
             wqk = f32("self_attn.indexer.qk_proj.weight")
-            parts += [wqk[:inh * ihd], wqk[inh * ihd:]]
+            parts += [wqk[: inh * ihd], wqk[inh * ihd :]]
         self.seg_sizes = [p.shape[0] for p in parts]
         self.n_proj = sum(self.seg_sizes)
         gemv = _ops().gemv
         if weight_format == "q8":
+
             def q8(a):
                 dev = up(a)
-                return gemv.q8_weight(dev)            # the f32 upload is freed on return
+                return gemv.q8_weight(dev)  # the f32 upload is freed on return
+
             self.w_proj = q8(np.concatenate(parts, axis=0))
             self.w_o = q8(f32("self_attn.o_proj.weight"))
             if self.has_mlp:
-                self.w_gu = q8(gemv.interleave_rows(f32("mlp.gate_proj.weight"),
-                                                    f32("mlp.up_proj.weight")))
+                self.w_gu = q8(
+                    gemv.interleave_rows(f32("mlp.gate_proj.weight"), f32("mlp.up_proj.weight"))
+                )
                 self.w_down = q8(f32("mlp.down_proj.weight"))
         else:
             self.w_proj = up(np.concatenate(parts, axis=0))
             self.w_o = up(f32("self_attn.o_proj.weight"))
             if self.has_mlp:
-                self.w_gu = up(gemv.interleave_rows(f32("mlp.gate_proj.weight"),
-                                                    f32("mlp.up_proj.weight")))
+                self.w_gu = up(
+                    gemv.interleave_rows(f32("mlp.gate_proj.weight"), f32("mlp.up_proj.weight"))
+                )
                 self.w_down = up(f32("mlp.down_proj.weight"))
         # gemv.cu's f32 kernel loads 16-byte chunks: every projection's input dim % 4 == 0
-        self._f32_gemv_ok = all(n % 4 == 0 for n in (c.hidden_size, c.nh * c.head_dim,
-                                                      c.intermediate_size))
+        self._f32_gemv_ok = all(
+            n % 4 == 0 for n in (c.hidden_size, c.nh * c.head_dim, c.intermediate_size)
+        )
         self._scratch = {}
 
     # ---- sizes, for byte counting ------------------------------------------------------------
     def weight_bytes(self):
         """Bytes of projection weights one step reads (as stored: int8 + f16 scales, or f32)."""
+
         def nbytes(w):
             if isinstance(w, (tuple, list)):
                 return sum(a.nbytes for a in w)
             return w.nbytes
+
         ws = [self.w_proj, self.w_o] + ([self.w_gu, self.w_down] if self.has_mlp else [])
         return int(sum(nbytes(w) for w in ws))
 
@@ -162,8 +195,11 @@ class FullAttentionLayer:
         check_array("x", x, dtype="float32", ndim=2)
         if x.shape[1] != c.hidden_size or x.shape[0] < 1:
             raise ValueError(f"x must have shape [nb, {c.hidden_size}], got {x.shape}")
-        if isinstance(base_pos, bool) or not isinstance(base_pos, (int, np.integer)) \
-                or base_pos != len(cache):
+        if (
+            isinstance(base_pos, bool)
+            or not isinstance(base_pos, (int, np.integer))
+            or base_pos != len(cache)
+        ):
             raise ValueError(f"base_pos ({base_pos}) must equal len(cache) ({len(cache)})")
         if cache.cfg != c:
             raise ValueError("cache was built for a different AttnConfig than this layer")
@@ -212,27 +248,38 @@ class FullAttentionLayer:
         if cublas:
             r0 = 0
             for n, out in zip(self.seg_sizes, parts):
-                op.gemv.linear(s.h, self.w_proj[r0:r0 + n], out=out)   # row slice: contiguous
+                op.gemv.linear(s.h, self.w_proj[r0 : r0 + n], out=out)  # row slice: contiguous
                 r0 += n
         else:
             ends = np.cumsum(self.seg_sizes)[:-1].tolist()
             op.gemv._launch(kind, s.h, *self._wd(self.w_proj), s.proj, ends=ends)
         mark("qkv_proj")
-        qg = parts[0].reshape(nb, c.nh, 2 * hd)                     # per head [q_h | gate_h]
+        qg = parts[0].reshape(nb, c.nh, 2 * hd)  # per head [q_h | gate_h]
         k_raw = parts[1].reshape(nb, c.nkv, hd)
         v = parts[2].reshape(nb, c.nkv, hd)
 
-        op.qk_norm_rope(qg, k_raw, self.q_norm, self.k_norm, s.pos, c.rotary_dim, c.rope_theta,
-                        eps, q_out=s.q, k_out=s.k)
-        s.gate[...] = qg[:, :, hd:]                                 # contiguous copy of the gates
+        op.qk_norm_rope(
+            qg,
+            k_raw,
+            self.q_norm,
+            self.k_norm,
+            s.pos,
+            c.rotary_dim,
+            c.rope_theta,
+            eps,
+            q_out=s.q,
+            k_out=s.k,
+        )
+        s.gate[...] = qg[:, :, hd:]  # contiguous copy of the gates
         mark("qk_norm_rope")
 
         index_k = None
         if c.has_indexer:
             iq_raw = parts[3].reshape(nb, c.indexer_n_heads, c.indexer_head_dim)
-            index_k = parts[4]                                      # [nb, ihd]
-            op.indexer_queries(iq_raw, self.iq_norm, s.pos, c.indexer_rotary_dim, c.rope_theta,
-                               eps, out=s.iq)
+            index_k = parts[4]  # [nb, ihd]
+            op.indexer_queries(
+                iq_raw, self.iq_norm, s.pos, c.indexer_rotary_dim, c.rope_theta, eps, out=s.iq
+            )
             mark("indexer_q")
         cache.append(s.k, v, index_k=index_k)
         mark("kv_append")
@@ -245,16 +292,30 @@ class FullAttentionLayer:
                 mark("select")
         # the plan is host work (shapes, kernel attributes): whether rows may be selective is
         # known without reading sel_n back, so no synchronisation here
-        plan = op.attention_plan(cache, nb, base_pos=base_pos, sparse_v=self.sparse_v,
-                                 selective=sel_idx is not None,
-                                 width=0 if sel_idx is None else sel_idx.shape[1],
-                                 n_splits=self.n_splits)
+        plan = op.attention_plan(
+            cache,
+            nb,
+            base_pos=base_pos,
+            sparse_v=self.sparse_v,
+            selective=sel_idx is not None,
+            width=0 if sel_idx is None else sel_idx.shape[1],
+            n_splits=self.n_splits,
+        )
         if trace is not None:
             trace["selection"] = None if sel_idx is None else (sel_idx, sel_n)
             trace["attention_plan"] = plan
-        op.decode_attention(s.q, cache, base_pos, gate=s.gate, n_splits=self.n_splits,
-                            sparse_v=self.sparse_v, sel_idx=sel_idx, sel_n=sel_n, out=s.attn,
-                            plan=plan)
+        op.decode_attention(
+            s.q,
+            cache,
+            base_pos,
+            gate=s.gate,
+            n_splits=self.n_splits,
+            sparse_v=self.sparse_v,
+            sel_idx=sel_idx,
+            sel_n=sel_n,
+            out=s.attn,
+            plan=plan,
+        )
         mark("attention")
 
         attn2 = s.attn.reshape(nb, c.nh * hd)
@@ -263,7 +324,7 @@ class FullAttentionLayer:
         else:
             op.gemv._launch(kind, attn2, *self._wd(self.w_o), s.o)
         mark("o_proj")
-        op.add_rms_norm(s.o, x, self.norm_post, eps, out=s.h2, sum_out=s.x1)   # x1 = attn + x
+        op.add_rms_norm(s.o, x, self.norm_post, eps, out=s.h2, sum_out=s.x1)  # x1 = attn + x
         mark("post_norm")
         if not self.has_mlp:
             y[...] = s.x1
@@ -277,7 +338,7 @@ class FullAttentionLayer:
             op.gemv.swiglu_interleaved(s.gu, out=s.act)
             mark("mlp_gate_up")
             op.gemv.linear(s.act, self.w_down, out=s.m)
-            cupy().add(s.x1, s.m, out=y)                            # y = x1 + mlp
+            cupy().add(s.x1, s.m, out=y)  # y = x1 + mlp
         mark("mlp_down")
         return y
 
@@ -322,14 +383,14 @@ class FullAttentionLayer:
         """
         cp = cupy()
         nb = self._check(x, base_pos, cache)
-        s = _Scratch(self, nb)                          # the graph's own buffers
+        s = _Scratch(self, nb)  # the graph's own buffers
         self._prepare(base_pos, nb, s)
         g_x = cp.array(x, copy=True)
         g_y = cp.empty((nb, self.cfg.hidden_size), cp.float32)
-        cp.cuda.Device().synchronize()                  # inputs above are written before capture
+        cp.cuda.Device().synchronize()  # inputs above are written before capture
         stream = cp.cuda.Stream(non_blocking=True)
-        pool = cp.cuda.MemoryPool()                     # wrappers' own temporaries: a private
-        with stream, cp.cuda.using_allocator(pool.malloc):   # pool that lives with the graph
+        pool = cp.cuda.MemoryPool()  # wrappers' own temporaries: a private
+        with stream, cp.cuda.using_allocator(pool.malloc):  # pool that lives with the graph
             stream.begin_capture()
             try:
                 self._step(g_x, base_pos, cache, g_y, s, capturing=True)
@@ -338,8 +399,10 @@ class FullAttentionLayer:
                     stream.end_capture()
                 except Exception:
                     pass
-                raise RuntimeError(f"FullAttentionLayer.capture: the step could not be captured "
-                                   f"({type(e).__name__}: {e})") from e
+                raise RuntimeError(
+                    f"FullAttentionLayer.capture: the step could not be captured "
+                    f"({type(e).__name__}: {e})"
+                ) from e
             graph = stream.end_capture()
         g = DecodeGraph(graph, stream, g_x, g_y, keep=(s, pool))
         g.replay()
@@ -353,7 +416,7 @@ class DecodeGraph:
 
     def __init__(self, graph, stream, x, out, keep=()):
         self.graph, self.stream, self.x, self.out = graph, stream, x, out
-        self._keep = keep                               # scratch + pool the graph points into
+        self._keep = keep  # scratch + pool the graph points into
 
     def replay(self):
         self.graph.launch(stream=self.stream)

@@ -8,6 +8,7 @@ Rungs (``impl=``): "v0" (kernels_cuda/norm_v0.cu, one thread per row, plain loop
 sequential sum of squares is within ~n/4 ulps of exact instead of ~log2(n)) and "v1" (norm.cu,
 one block per row; the default).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,15 +17,17 @@ from ._runtime import check_array, kernel, out_array, resolve_rung
 
 __all__ = ["rms_norm", "add_rms_norm", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
 
-_MAX_GRID = 1 << 20     # the kernels grid-stride over rows past this
-_V0_THREADS = 128       # v0: one thread per row
+_MAX_GRID = 1 << 20  # the kernels grid-stride over rows past this
+_V0_THREADS = 128  # v0: one thread per row
 
 RUNGS = {"rms_norm": ("v0", "v1"), "add_rms_norm": ("v0", "v1")}
 DEFAULT_RUNG = {"rms_norm": "v1", "add_rms_norm": "v1"}
-_KERNELS = {("rms_norm", "v0"): ("norm_v0", "rms_norm_v0"),
-            ("rms_norm", "v1"): ("norm", "rms_norm_f32"),
-            ("add_rms_norm", "v0"): ("norm_v0", "add_rms_norm_v0"),
-            ("add_rms_norm", "v1"): ("norm", "add_rms_norm_f32")}
+_KERNELS = {
+    ("rms_norm", "v0"): ("norm_v0", "rms_norm_v0"),
+    ("rms_norm", "v1"): ("norm", "rms_norm_f32"),
+    ("add_rms_norm", "v0"): ("norm_v0", "add_rms_norm_v0"),
+    ("add_rms_norm", "v1"): ("norm", "add_rms_norm_f32"),
+}
 
 
 def _rung(family, impl):
@@ -73,14 +76,27 @@ def rms_norm(x, weight, eps=1e-6, zero_centered=True, out=None, impl=None):
     out = out_array("out", out, x.shape, np.float32)
     rows = x.size // n
     if rows:
-        _launch("rms_norm", rung, rows, n,
-                (x, weight, out, np.int64(rows), np.int32(n), np.float32(eps),
-                 np.int32(bool(zero_centered))))
+        _launch(
+            "rms_norm",
+            rung,
+            rows,
+            n,
+            (
+                x,
+                weight,
+                out,
+                np.int64(rows),
+                np.int32(n),
+                np.float32(eps),
+                np.int32(bool(zero_centered)),
+            ),
+        )
     return out
 
 
-def add_rms_norm(x, residual, weight, eps=1e-6, zero_centered=True, out=None, sum_out=None,
-                 impl=None):
+def add_rms_norm(
+    x, residual, weight, eps=1e-6, zero_centered=True, out=None, sum_out=None, impl=None
+):
     """s = x + residual;  returns (rms_norm(s, weight, eps, zero_centered), s).
 
     x, residual: cupy float32 [..., n]; out / sum_out: optional float32 like x (sum_out may be
@@ -95,7 +111,21 @@ def add_rms_norm(x, residual, weight, eps=1e-6, zero_centered=True, out=None, su
     sum_out = out_array("sum_out", sum_out, x.shape, np.float32)
     rows = x.size // n
     if rows:
-        _launch("add_rms_norm", rung, rows, n,
-                (x, residual, weight, out, sum_out, np.int64(rows), np.int32(n),
-                 np.float32(eps), np.int32(bool(zero_centered))))
+        _launch(
+            "add_rms_norm",
+            rung,
+            rows,
+            n,
+            (
+                x,
+                residual,
+                weight,
+                out,
+                sum_out,
+                np.int64(rows),
+                np.int32(n),
+                np.float32(eps),
+                np.int32(bool(zero_centered)),
+            ),
+        )
     return out, sum_out

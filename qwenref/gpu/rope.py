@@ -15,6 +15,7 @@ pipelined warps, the default; where it does not apply, hd % 4 != 0, hd > 512 or 
 arrays, v2 launches v1's kernel, as the default always has). v1 and v2 give identical bits.
 head_norm_rope: "v0" (head_norm_rope_v0) and "v1" (head_norm_rope, the default).
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,8 +27,8 @@ from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 __all__ = ["qk_norm_rope", "head_norm_rope", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
 
 _MAX_GRID = 1 << 20
-_MAX_HD = 12288          # the head is staged in <= 48 KiB of shared memory
-_V0_THREADS = 128        # v0: one thread per head
+_MAX_HD = 12288  # the head is staged in <= 48 KiB of shared memory
+_V0_THREADS = 128  # v0: one thread per head
 
 RUNGS = {"qk_norm_rope": ("v0", "v1", "v2"), "head_norm_rope": ("v0", "v1")}
 DEFAULT_RUNG = {"qk_norm_rope": "v2", "head_norm_rope": "v1"}
@@ -53,7 +54,7 @@ def _qk_kernel_name(rung, hd, heads, pipe_ok):
     indexed in 32 bits, else it launches v1's kernel."""
     if rung == "v0":
         return "qk_norm_rope_v0"
-    if rung == "v2" and heads < 2 ** 31 and pipe_ok:
+    if rung == "v2" and heads < 2**31 and pipe_ok:
         return f"qk_norm_rope_pipe_v{_PIPE_SHAPES[-(-hd // 128)][0]}"
     return "qk_norm_rope"
 
@@ -78,9 +79,12 @@ def _sm_limits(device_id):
     """(SMs, registers, threads, shared-memory bytes per SM) of a device (H100/H200 defaults for
     any attribute CuPy does not report)."""
     a = cupy().cuda.Device(device_id).attributes
-    return (a.get("MultiProcessorCount", 132), a.get("MaxRegistersPerMultiprocessor", 65536),
-            a.get("MaxThreadsPerMultiProcessor", 2048),
-            a.get("MaxSharedMemoryPerMultiprocessor", 228 * 1024))
+    return (
+        a.get("MultiProcessorCount", 132),
+        a.get("MaxRegistersPerMultiprocessor", 65536),
+        a.get("MaxThreadsPerMultiProcessor", 2048),
+        a.get("MaxSharedMemoryPerMultiprocessor", 228 * 1024),
+    )
 
 
 def _resident_blocks(kern, threads, smem):
@@ -89,11 +93,12 @@ def _resident_blocks(kern, threads, smem):
     sms, regs_sm, threads_sm, smem_sm = _sm_limits(cupy().cuda.Device().id)
     try:
         regs = max(1, int(kern.num_regs))
-    except Exception:                                          # attribute missing: assume 128
+    except Exception:  # attribute missing: assume 128
         regs = 128
-    regs = -(-regs // 8) * 8                                   # allocation granularity
-    per_sm = min(regs_sm // (regs * threads), threads_sm // threads,
-                 smem_sm // (smem + 1024), 32)                 # 1 KiB reserved per block
+    regs = -(-regs // 8) * 8  # allocation granularity
+    per_sm = min(
+        regs_sm // (regs * threads), threads_sm // threads, smem_sm // (smem + 1024), 32
+    )  # 1 KiB reserved per block
     return sms * max(1, per_sm)
 
 
@@ -101,7 +106,9 @@ def _check_rotary(rotary_dim, theta, hd):
     if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, (int, np.integer)):
         raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
     if rotary_dim < 0 or rotary_dim % 2 or rotary_dim > hd:
-        raise ValueError(f"rotary_dim must be even and in [0, {hd}] (the head dim), got {rotary_dim}")
+        raise ValueError(
+            f"rotary_dim must be even and in [0, {hd}] (the head dim), got {rotary_dim}"
+        )
     if not theta > 0:
         raise ValueError(f"theta must be > 0, got {theta!r}")
 
@@ -116,8 +123,19 @@ def _check_eps(eps):
         raise ValueError(f"eps must be >= 0, got {eps!r}")
 
 
-def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e-6,
-                 q_out=None, k_out=None, impl=None):
+def qk_norm_rope(
+    qg,
+    k,
+    q_weight,
+    k_weight,
+    positions,
+    rotary_dim,
+    theta,
+    eps=1e-6,
+    q_out=None,
+    k_out=None,
+    impl=None,
+):
     """Per-head zero-centred RMSNorm of q (qg's q half) and k, then partial RoPE, one launch.
 
     qg: cupy float32 [nb, nh, 2*hd] (per head [q | gate]); k: float32 [nb, nkv, hd];
@@ -131,8 +149,9 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
     nb, nh, two_hd = qg.shape
     nkv, hd = k.shape[1], k.shape[2]
     if two_hd != 2 * hd:
-        raise ValueError(f"qg's last axis must be 2 * head_dim = {2 * hd} (k is {k.shape}), "
-                         f"got shape {qg.shape}")
+        raise ValueError(
+            f"qg's last axis must be 2 * head_dim = {2 * hd} (k is {k.shape}), got shape {qg.shape}"
+        )
     if k.shape[0] != nb:
         raise ValueError(f"k must have qg's {nb} rows, got shape {k.shape}")
     _check_head_dim("k", hd)
@@ -144,15 +163,26 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
     q_out = out_array("q_out", q_out, (nb, nh, hd), np.float32)
     k_out = out_array("k_out", k_out, (nb, nkv, hd), np.float32)
     heads = nb * (nh + nkv)
-    args = (qg, k, q_weight, k_weight, positions, q_out, k_out, np.int32(nb), np.int32(nh),
-            np.int32(nkv), np.int32(hd), np.int32(rotary_dim), np.float64(theta),
-            np.float32(eps))
+    args = (
+        qg,
+        k,
+        q_weight,
+        k_weight,
+        positions,
+        q_out,
+        k_out,
+        np.int32(nb),
+        np.int32(nh),
+        np.int32(nkv),
+        np.int32(hd),
+        np.int32(rotary_dim),
+        np.float64(theta),
+        np.float32(eps),
+    )
     # the pipelined kernel indexes items (token, head pair) with 32-bit ints
-    name = _qk_kernel_name(rung, hd, heads, rung == "v2" and
-                           _pipe_path_ok(hd, qg, k, q_out, k_out))
+    name = _qk_kernel_name(rung, hd, heads, rung == "v2" and _pipe_path_ok(hd, qg, k, q_out, k_out))
     if heads and name == "qk_norm_rope_v0":
-        kernel("rope_v0", name)((min(-(-heads // _V0_THREADS), _MAX_GRID),), (_V0_THREADS,),
-                                args)
+        kernel("rope_v0", name)((min(-(-heads // _V0_THREADS), _MAX_GRID),), (_V0_THREADS,), args)
     elif heads and name != "qk_norm_rope":
         nv, hpw = _PIPE_SHAPES[-(-hd // 128)]
         kern = kernel("rope", name)
@@ -161,8 +191,7 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
         grid = min(-(-items // _PIPE_WARPS), _resident_blocks(kern, 32 * _PIPE_WARPS, smem))
         kern((grid,), (32 * _PIPE_WARPS,), args, shared_mem=smem)
     elif heads:
-        kernel("rope", "qk_norm_rope")((min(heads, _MAX_GRID),), (32,), args,
-                                       shared_mem=4 * hd)
+        kernel("rope", "qk_norm_rope")((min(heads, _MAX_GRID),), (32,), args, shared_mem=4 * hd)
     return q_out, k_out
 
 
@@ -197,13 +226,24 @@ def head_norm_rope(x, weight, positions, rotary_dim, theta, eps=1e-6, out=None, 
     _check_eps(eps)
     out = out_array("out", out, (nb, nheads, hd), np.float32)
     heads = nb * nheads
-    args = (x, np.int64(x.strides[0] // 4), np.int64(x.strides[1] // 4), weight, positions, out,
-            np.int32(nb), np.int32(nheads), np.int32(hd), np.int32(rotary_dim),
-            np.float64(theta), np.float32(eps))
+    args = (
+        x,
+        np.int64(x.strides[0] // 4),
+        np.int64(x.strides[1] // 4),
+        weight,
+        positions,
+        out,
+        np.int32(nb),
+        np.int32(nheads),
+        np.int32(hd),
+        np.int32(rotary_dim),
+        np.float64(theta),
+        np.float32(eps),
+    )
     if heads and rung == "v0":
         kernel("rope_v0", "head_norm_rope_v0")(
-            (min(-(-heads // _V0_THREADS), _MAX_GRID),), (_V0_THREADS,), args)
+            (min(-(-heads // _V0_THREADS), _MAX_GRID),), (_V0_THREADS,), args
+        )
     elif heads:
-        kernel("rope", "head_norm_rope")((min(heads, _MAX_GRID),), (32,), args,
-                                         shared_mem=4 * hd)
+        kernel("rope", "head_norm_rope")((min(heads, _MAX_GRID),), (32,), args, shared_mem=4 * hd)
     return out

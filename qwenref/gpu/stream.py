@@ -7,6 +7,7 @@ beside the decode it bounds.
     out = stream_read(buf)                  # one launch; uint32 [grid], one word per CTA
     xor_words(out) == xor_words(buf)        # every byte was read (host check)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,8 @@ from ._runtime import check_array, cupy, kernel, out_array
 
 __all__ = ["stream_read", "grid_size", "xor_words", "checked_buffers"]
 
-CTAS_PER_SM = 16            # 4 per SM leave HBM idle at tens of MB (stream.cu)
-_NT = 256                   # STREAM_NT in the .cu
+CTAS_PER_SM = 16  # 4 per SM leave HBM idle at tens of MB (stream.cu)
+_NT = 256  # STREAM_NT in the .cu
 
 
 def grid_size():
@@ -29,8 +30,10 @@ def stream_read(buf, out=None):
     each CTA's 16-byte words."""
     check_array("buf", buf)
     if buf.nbytes % 16 or buf.data.ptr % 16:
-        raise ValueError(f"buf must be 16-byte aligned with nbytes a multiple of 16, got "
-                         f"{buf.nbytes} bytes at offset {buf.data.ptr % 16}")
+        raise ValueError(
+            f"buf must be 16-byte aligned with nbytes a multiple of 16, got "
+            f"{buf.nbytes} bytes at offset {buf.data.ptr % 16}"
+        )
     grid = grid_size()
     out = out_array("out", out, (grid,), np.uint32)
     kernel("stream", "stream_read")((grid,), (_NT,), (buf, np.int64(buf.nbytes // 16), out))
@@ -50,7 +53,7 @@ def checked_buffers(nbytes, n):
     cp = cupy()
     pairs = []
     for _ in range(n):
-        buf = cp.random.randint(-2 ** 31, 2 ** 31 - 1, size=nbytes // 16 * 4, dtype=cp.int32)
+        buf = cp.random.randint(-(2**31), 2**31 - 1, size=nbytes // 16 * 4, dtype=cp.int32)
         out = stream_read(buf)
         if xor_words(out) != xor_words(buf):
             raise RuntimeError("stream_read: the XOR of its output is not the buffer's")

@@ -10,6 +10,7 @@ y_i = sum_j (-1)^popcount(i & j) x_j in float32, j in order; within (n - 1) 2^-2
 sqrt(n) of exact per element, and in-place safe: the block stages its row in shared memory)
 and "v1" (wht.cu: butterflies in registers; the default).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,7 @@ __all__ = ["wht", "WHT_SIZES", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
 
 WHT_SIZES = (16, 32, 64, 128, 256, 512, 1024)
 _MAX_GRID = 1 << 20
-_WARPS = 4              # 128 threads per block
+_WARPS = 4  # 128 threads per block
 
 RUNGS = {"wht": ("v0", "v1")}
 DEFAULT_RUNG = {"wht": "v1"}
@@ -61,10 +62,12 @@ def wht(x, inverse=False, out=None, impl=None):
     rows = x.size // n
     if rows and rung == "v0":
         # one block of n threads per row (n <= 1024, the kernel's shared-memory row)
-        kernel("wht_v0", "wht_v0")((min(rows, _MAX_GRID),), (n,),
-                                   (x, out, np.int64(rows), np.int32(n)))
+        kernel("wht_v0", "wht_v0")(
+            (min(rows, _MAX_GRID),), (n,), (x, out, np.int64(rows), np.int32(n))
+        )
     elif rows:
         per_block = _WARPS * _rows_per_warp(n)
         kernel("wht", f"wht_f32_n{n}")(
-            (min(-(-rows // per_block), _MAX_GRID),), (32 * _WARPS,), (x, out, np.int64(rows)))
+            (min(-(-rows // per_block), _MAX_GRID),), (32 * _WARPS,), (x, out, np.int64(rows))
+        )
     return out
