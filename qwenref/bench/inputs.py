@@ -8,6 +8,7 @@ import numpy as np
 
 from ..config import AttnConfig
 from ..gpu._runtime import cupy
+from ..weights import weight_shapes
 
 __all__ = [
     "randn",
@@ -94,30 +95,7 @@ def random_weights(cfg, seed=0):
     """LayerWeights-like dict of float32 numpy arrays at cfg's shapes (projections ~ N(0, 0.02),
     norm weights ~ N(0, 0.1) around the zero-centred 1)."""
     rng = np.random.default_rng(seed)
-    c = cfg
-    hd, H, I = c.head_dim, c.hidden_size, c.intermediate_size
-    shapes = {
-        "input_layernorm.weight": (H,),
-        "post_attention_layernorm.weight": (H,),
-        "self_attn.q_proj.weight": (2 * c.nh * hd, H),
-        "self_attn.k_proj.weight": (c.nkv * hd, H),
-        "self_attn.v_proj.weight": (c.nkv * hd, H),
-        "self_attn.o_proj.weight": (H, c.nh * hd),
-        "self_attn.q_norm.weight": (hd,),
-        "self_attn.k_norm.weight": (hd,),
-        "mlp.gate_proj.weight": (I, H),
-        "mlp.up_proj.weight": (I, H),
-        "mlp.down_proj.weight": (H, I),
-    }
-    if c.has_indexer:
-        ihd = c.indexer_head_dim
-        shapes.update(
-            {
-                "self_attn.indexer.qk_proj.weight": ((c.indexer_n_heads + 1) * ihd, H),
-                "self_attn.indexer.q_norm.weight": (ihd,),
-                "self_attn.indexer.k_norm.weight": (ihd,),
-            }
-        )
+    shapes = weight_shapes(cfg)
     w = {}
     for name, shp in shapes.items():
         scale = 0.1 if len(shp) == 1 else 0.02
