@@ -1,7 +1,7 @@
 """python -m qwenref.bench [--quick] [--only STAGE[,STAGE...]] [--out DIR] [--dry]
 
 Validate every GPU kernel against the golden model on the same inputs, then time it, and record
-the numbers (DESIGN.md, "GPU side"):
+the numbers (README.md, "GPU"; docs/performance.md renders them):
 
   results/<device>.json  {device, date, commit, cupy, cuda, torch, copy_gbps, runs: [...]}
   results/<device>.npz   per run, up to 4096 (golden, gpu) sample pairs: "<i>_golden", "<i>_gpu"
@@ -10,7 +10,7 @@ Each run: stage, kernel, shape, median_us, bytes, gbps, pct_of_copy, rel_err (+ 
 iqr_us), and peer, peer_median_us, speedup where a peer exists (torch SDPA bf16 GQA for
 attention, torch rms_norm for norm, cuBLAS bf16 through torch for the Q8 GEMV).
 
-Method (/work/.library/device/METHOD.md): random inputs, never zeros; rel_err = ‖gpu − golden‖ /
+Method: random inputs, never zeros; rel_err = ‖gpu − golden‖ /
 ‖golden‖ in float64; timing with CUDA events, warm-up first, the median of many batches; before
 each batch a spin kernel holds the GPU while the host queues the batch, so the events time the
 GPU, not the Python launch rate; inputs rotate among copies when one set would fit in L2, so a

@@ -1,5 +1,5 @@
-"""The bench's records: one run's fields, the results document and its schema (DESIGN.md,
-"GPU side"), reading, merging and writing results/<device>.json and .npz, and the table printed
+"""The bench's records: one run's fields, the results document and its schema (README.md,
+"GPU"), reading, merging and writing results/<device>.json and .npz, and the table printed
 while the bench runs. Pure: no GPU (tests/test_bench_records.py).
 """
 
@@ -112,7 +112,7 @@ def error_run(stage, kernel, shape, exc):
 
 
 def validate_doc(doc):
-    """Raise ValueError listing what the results document lacks (schema of DESIGN.md)."""
+    """Raise ValueError listing what the results document lacks (the schema in README.md)."""
     problems = [f"missing top-level key {k!r}" for k in DOC_KEYS if k not in doc]
     if not doc.get("commit"):
         problems.append("commit is empty")
