@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import qwenref.gpu
-from qwenref import nbutil
+from qwenref import excerpts, nbutil
 from qwenref.gpu import kernels_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -228,7 +228,7 @@ def test_header_and_show_excerpt_plain_text(sample, capsys):
 
 def test_notebook_display_is_short_text_and_code_block(sample):
     parts = [("// kernels_cuda/sample.cu: brace_fn", nbutil.kernel_excerpt(sample, "brace_fn"))]
-    shown = nbutil._Excerpts(parts)
+    shown = excerpts.Excerpts(parts)
     assert repr(shown) == "// kernels_cuda/sample.cu: brace_fn (9 lines)"
     md = shown._repr_markdown_()
     assert md.startswith("```cpp\n// kernels_cuda/sample.cu: brace_fn\n// braces in a comment")

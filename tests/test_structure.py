@@ -25,7 +25,6 @@ KNOWN = {
         "kernels_cuda/attention_mma.cu",
         "qwenref/checkpoint.py",
         "qwenref/gpu/attention.py",
-        "qwenref/nbutil.py",
     },
 }
 
