@@ -259,7 +259,8 @@ def render(doc, source="results/nvidia-h200.json"):
         lines += ["", "## Ladders", "", _LADDER_INTRO]
         fams = {}
         for r in ladder:
-            fams.setdefault((_stage_key(r.get("stage", "?")), r["family"]), []).append(r)
+            fam = r["family"] + (f", {r['sweep']} sweep" if r.get("sweep") else "")
+            fams.setdefault((_stage_key(r.get("stage", "?")), fam), []).append(r)
         for (_, fam), fr in sorted(fams.items()):
             st = fr[0].get("stage", "?")
             text, common = _shape_line(fr, "rung")

@@ -2,6 +2,8 @@
 check, the command line (refusing to record without a commit, failing cleanly without a GPU),
 the run list and the ladder's coverage. (The GPU cases themselves run only on the device.)"""
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -143,7 +145,16 @@ _LADDER_SHAPES = {
 
 def test_the_ladder_covers_every_family():
     assert set(_LADDER_SHAPES) == set(ladder.FAMILY_MODULE)
-    assert {fn.__name__ for fn in ladder.LADDER} <= {n for _, n, *_ in cli.case_list(False)}
+    assert {fn.__name__ for fn, _ in ladder.LADDER} <= {n for _, n, *_ in cli.case_list(False)}
+
+
+@pytest.mark.parametrize("fn, sizes", ladder.LADDER, ids=lambda v: getattr(v, "__name__", ""))
+def test_every_ladder_size_names_parameters_of_its_case(fn, sizes):
+    params = inspect.signature(fn).parameters
+    assert sizes and all(set(kw) <= set(params) - {"ctx"} for kw in sizes)
+    # each family is swept small to large, so its plot against bytes moved has a direction
+    first = [next(iter(kw.values())) for kw in sizes]
+    assert len(sizes) == 1 or first == sorted(first) or "proj" in sizes[0]
 
 
 @pytest.mark.parametrize("family", sorted(ladder.FAMILY_MODULE))

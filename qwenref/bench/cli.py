@@ -131,8 +131,9 @@ def case_list(quick):
     cases.append(
         ("layer", "decode step q8", {"T": T}, lambda c: case_layer(c, T, [1] if qk else [1, 4]))
     )
-    for fn in LADDER:
-        cases.append(("ladder", fn.__name__, {}, lambda c, fn=fn: fn(c)))
+    for fn, sizes in LADDER:
+        for kw in sizes[:1] if qk else sizes:
+            cases.append(("ladder", fn.__name__, kw, lambda c, fn=fn, kw=kw: fn(c, **kw)))
     return cases
 
 

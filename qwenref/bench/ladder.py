@@ -1,10 +1,12 @@
 """The ladder: every rung of every kernel family (v0 = the direct translation of the golden
-formula, then each faster idea), validated and timed at one shape per family.
+formula, then each faster idea), validated and timed at a few sizes per family (LADDER), so a
+plot of GB/s against bytes moved shows where each rung stops being launch-bound.
 
 `python -m qwenref.bench --only ladder` runs it. Each record carries family, rung (its index in
 teaching order), default and the rung's own kernel name; it keeps its pipeline stage in `stage`
-and carries bench="ladder", which --only merges by. The attention rungs are recorded beside the
-read floor of one launch at the same bytes (floor_us, pct_of_floor).
+and carries bench="ladder", which --only merges by. Every rung is recorded beside the read
+floor of one launch that reads the same bytes (floor_us, pct_of_floor). The attention n_splits
+sweep (ladder_splits) adds sweep="n_splits" and the split count to its shape.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "ladder_indexer",
     "ladder_attention",
     "ladder_gemv",
+    "ladder_splits",
 ]
 
 FAMILY_MODULE = {
@@ -99,11 +102,15 @@ def ladder_runs(
     floor_us=None,
     impls=None,
     err_fn=None,
+    extra=None,
 ):
     """Each rung of `family`: once(impl) -> its output on the host (outputs poisoned first),
     checked against ref by err_fn (rel_err); then launch(impl, i) timed queued. tol: a number
-    or {impl: number}. One record per rung."""
+    or {impl: number}. One record per rung, each beside the read floor at nbytes (measured
+    here unless floor_us is given)."""
     rungs, _ = family_rungs(family)
+    if floor_us is None:
+        floor_us = timing.floor_us(nbytes, ctx.n_rot(nbytes), ctx.batches).us
     for impl in impls or rungs:
         try:
             got = once(impl)
@@ -111,11 +118,7 @@ def ladder_runs(
             tol_i = tol[impl] if isinstance(tol, dict) else tol
             med, iqr = ctx.time(lambda i: launch(impl, i), n_rot, max_inner)
             meta = rung_fields(family, impl, default, **(kshape or {}))
-            fl = (
-                {}
-                if floor_us is None
-                else {"floor_us": floor_us, "pct_of_floor": 100.0 * floor_us / med}
-            )
+            fl = {"floor_us": floor_us, "pct_of_floor": 100.0 * floor_us / med}
             run = make_run(
                 stage,
                 meta.pop("kernel"),
@@ -129,6 +132,7 @@ def ladder_runs(
                 timing="queued",
                 **meta,
                 **fl,
+                **(extra or {}),
             )
             same_size = np.size(got) == np.size(ref)
             ctx.add(run, ref if same_size else None, got if same_size else None)
@@ -393,9 +397,12 @@ def ladder_indexer(ctx, T=32768, nb=1):
     )
 
 
+V0_MAX_T = 32768  # v0 reads every token in one warp per head: ~0.4 s a call at 128k
+
+
 def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4")):
-    """Dense decode at T tokens on each rung (v0 one warp per (row, head) over all tokens, v1
-    split-T on CUDA cores, mma tensor cores where the cache is q8), beside the read floor."""
+    """Dense decode at T tokens on each rung (v0 one warp per (row, head) over all tokens, up
+    to V0_MAX_T; v1 split-T on CUDA cores; mma tensor cores where the cache is q8)."""
     from .. import gpu
     from ..gpu.attention import choose_impl
 
@@ -416,7 +423,7 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4")):
             out.fill(cp.nan)
             return host(gpu.decode_attention(q, caches[0], base, out=out, impl=impl))
 
-        impls = ("v0", "v1", "mma") if kind == "q8" else ("v0", "v1")
+        impls = (("v0",) if T <= V0_MAX_T else ()) + (("v1", "mma") if kind == "q8" else ("v1",))
         shape = {"T": T, "nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind}
         ladder_runs(
             ctx,
@@ -438,8 +445,8 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4")):
         caches.clear()  # the caches' memory goes before the next kind
 
 
-def ladder_gemv(ctx, nb=1, n_out=5120, n_in=6144):
-    """The o_proj GEMV (27B) with q8 and f32 weights on each rung."""
+def ladder_gemv(ctx, nb=1, n_out=5120, n_in=6144, proj="o_proj"):
+    """One projection's GEMV (27B shapes) with q8 and f32 weights on each rung."""
     from .. import golden, gpu
 
     cp = ctx.cp
@@ -447,7 +454,7 @@ def ladder_gemv(ctx, nb=1, n_out=5120, n_in=6144):
     q, d = gpu.q8_weight(w)
     x = randn(cp, (nb, n_in), outliers=False)
     y = poisoned(cp, (nb, n_out))
-    shape = {"nb": nb, "n_in": n_in, "n_out": n_out, "proj": "o_proj"}
+    shape = {"nb": nb, "n_in": n_in, "n_out": n_out, "proj": proj}
     for kind in ("q8", "f32"):
         if kind == "q8":
             ws = bytes_gemv_q8(nb, n_in, n_out)
@@ -483,12 +490,84 @@ def ladder_gemv(ctx, nb=1, n_out=5120, n_in=6144):
         )
 
 
+def ladder_splits(ctx, T=32768, nb=1, splits=(1, 2, 4, 8, 16, 32, 64, 128, 256)):
+    """Time against n_splits: the q8 decode at T tokens on the split-T rungs (v1, mma) with
+    each split count, and with the plan's own (n_splits=None, recorded as its count). Too few
+    splits leave SMs idle; too many make the combine and the partials' writes the cost."""
+    from .. import gpu
+    from ..gpu.attention import plan
+
+    cp = ctx.cp
+    c = dense_cfg()
+    nbytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, "q8", T - nb)
+    floor = timing.floor_us(nbytes, ctx.n_rot(nbytes), ctx.batches).us
+    nr = ctx.n_rot(T * kv_bytes_per_token("q8", c.nkv, c.head_dim))
+    caches = [gpu.KVCache(c, max_t=T, kind="q8") for _ in range(nr)]
+    fill_caches(caches, T)
+    base = T - nb
+    q = randn(cp, (nb, c.nh, c.head_dim), 2.0)
+    out = poisoned(cp, (nb, c.nh, c.head_dim))
+    ref = golden_attention_rows(caches[0].to_golden(), host(q), base)
+    tol = {"v1": TOL_ATTN, "mma": TOL_ATTN_MMA}
+    for impl in ("v1", "mma"):
+        auto = plan(caches[0], nb, base_pos=base, impl=impl).n_splits
+        for S in sorted(set(splits) | {auto}):
+
+            def once(_impl, S=S, impl=impl):
+                out.fill(cp.nan)
+                return host(
+                    gpu.decode_attention(q, caches[0], base, out=out, impl=impl, n_splits=S)
+                )
+
+            shape = {
+                "T": T,
+                "nb": nb,
+                "nh": c.nh,
+                "nkv": c.nkv,
+                "head_dim": c.head_dim,
+                "kind": "q8",
+                "n_splits": S,
+                "plan": S == auto,
+            }
+            ladder_runs(
+                ctx,
+                "attention",
+                "attention",
+                shape,
+                "mma",
+                once,
+                lambda _impl, i, S=S, impl=impl: gpu.decode_attention(
+                    q, caches[i], base, out=out, impl=impl, n_splits=S
+                ),
+                ref,
+                nbytes,
+                tol,
+                n_rot=nr,
+                max_inner=8,
+                floor_us=floor,
+                impls=(impl,),
+                kshape={"kind": "q8", "nb": nb, "n_rep": c.n_rep},
+                extra={"sweep": "n_splits"},
+            )
+    caches.clear()
+
+
+K = 1024
+# (case, sizes): each family at a few sizes, small to large; --quick runs the first only
 LADDER = (
-    ladder_norm,
-    ladder_rope,
-    ladder_wht,
-    ladder_append,
-    ladder_indexer,
-    ladder_attention,
-    ladder_gemv,
+    (ladder_norm, [{"rows": r} for r in (64, 1024, 8192)]),
+    (ladder_rope, [{"nb": n} for n in (16, 256, 4096)]),
+    (ladder_wht, [{"rows": r} for r in (1024, 16384, 65536)]),
+    (ladder_append, [{"nb": n} for n in (64, 1024, 4096)]),
+    (ladder_indexer, [{"T": t * K} for t in (4, 32, 128)]),
+    (ladder_attention, [{"T": t * K} for t in (4, 32, 128)]),
+    (
+        ladder_gemv,
+        [
+            {"n_out": 1024, "n_in": 5120, "proj": "k_proj"},
+            {"n_out": 5120, "n_in": 6144, "proj": "o_proj"},
+            {"n_out": 17408, "n_in": 5120, "proj": "gate_proj"},
+        ],
+    ),
+    (ladder_splits, [{"T": 32 * K}]),
 )
