@@ -7,13 +7,24 @@ bench's."""
 from __future__ import annotations
 
 import inspect
-import json
-import os
-from pathlib import Path
 
 import numpy as np
 
 from .excerpts import kernel_excerpt, kernel_header, show_excerpt
+from .nbrecords import (
+    Records,
+    best_rungs,
+    ladder_records,
+    live_wanted,
+    load_results,
+    load_samples,
+    plot_ladder,
+    plot_splits,
+    print_ladder,
+    recorded,
+    results_path,
+    stage_records,
+)
 
 __all__ = [
     "results_path",
@@ -31,33 +42,16 @@ __all__ = [
     "load_samples",
     "print_runs",
     "plot_peer",
+    "Records",
+    "best_rungs",
+    "ladder_records",
+    "live_wanted",
+    "plot_ladder",
+    "plot_splits",
+    "print_ladder",
+    "recorded",
+    "stage_records",
 ]
-
-
-def results_path(name="nvidia-h200.json"):
-    """results/<name>, searched from $QWENREF_RESULTS, the cwd upwards, then the package's repo."""
-    env = os.environ.get("QWENREF_RESULTS")
-    starts = ([Path(env)] if env else []) + [
-        Path.cwd(),
-        *Path.cwd().parents,
-        Path(__file__).resolve().parent.parent,
-    ]
-    for d in starts:
-        p = d / name if d.name == "results" else d / "results" / name
-        if p.exists():
-            return p
-    return None
-
-
-def load_results(name="nvidia-h200.json"):
-    """The bench's JSON as a dict, or None when no results were recorded."""
-    p = results_path(name)
-    return json.loads(p.read_text()) if p else None
-
-
-def load_samples(name="nvidia-h200.npz"):
-    p = results_path(name)
-    return dict(np.load(p)) if p else {}
 
 
 def recorded_note(res):

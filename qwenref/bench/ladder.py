@@ -48,6 +48,7 @@ __all__ = [
     "ladder_attention",
     "ladder_gemv",
     "ladder_splits",
+    "ladder_cases",
 ]
 
 FAMILY_MODULE = {
@@ -571,3 +572,27 @@ LADDER = (
     ),
     (ladder_splits, [{"T": 32 * K}]),
 )
+
+
+def ladder_cases(family, sweep=None):
+    """[(case, kwargs)] that record `family` (sweep="n_splits": the split-count sweep)."""
+    if sweep == "n_splits":
+        return [(ladder_splits, kw) for kw in dict(LADDER)[ladder_splits]]
+    if sweep is not None:
+        raise ValueError(f"sweep must be None or 'n_splits', got {sweep!r}")
+    if family not in FAMILY_MODULE:
+        raise ValueError(f"family must be one of {sorted(FAMILY_MODULE)}, got {family!r}")
+    name = {
+        "rms_norm": "ladder_norm",
+        "add_rms_norm": "ladder_norm",
+        "qk_norm_rope": "ladder_rope",
+        "wht": "ladder_wht",
+        "q8_append": "ladder_append",
+        "turbo_append": "ladder_append",
+        "update_block_keys": "ladder_indexer",
+        "block_scores": "ladder_indexer",
+        "select": "ladder_indexer",
+        "attention": "ladder_attention",
+        "gemv": "ladder_gemv",
+    }[family]
+    return [(fn, kw) for fn, sizes in LADDER if fn.__name__ == name for kw in sizes]

@@ -1,0 +1,255 @@
+"""One path from measurements to figures: a notebook asks for records (the dicts the bench writes
+to results/), measured now when a GPU is here or read from the recorded file otherwise, and every
+plot reads records. So a figure drawn on a laptop and one drawn on the H200 come from the same
+code, and each says where and when its numbers were measured.
+
+    recs = ladder_records("rms_norm")   # live on a GPU, else results/nvidia-h200.json
+    plot_ladder(recs)                   # GB/s against bytes moved, copy and floor lines
+    print_ladder(recs)                  # the same numbers as a table
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "results_path",
+    "load_results",
+    "load_samples",
+    "Records",
+    "recorded",
+    "live_wanted",
+    "ladder_records",
+    "stage_records",
+    "plot_ladder",
+    "plot_splits",
+    "print_ladder",
+    "best_rungs",
+]
+
+
+def results_path(name="nvidia-h200.json"):
+    """results/<name>, searched from $QWENREF_RESULTS, the cwd upwards, then the package's repo."""
+    env = os.environ.get("QWENREF_RESULTS")
+    starts = ([Path(env)] if env else []) + [
+        Path.cwd(),
+        *Path.cwd().parents,
+        Path(__file__).resolve().parent.parent,
+    ]
+    for d in starts:
+        p = d / name if d.name == "results" else d / "results" / name
+        if p.exists():
+            return p
+    return None
+
+
+def load_results(name="nvidia-h200.json"):
+    """The bench's JSON as a dict, or None when no results were recorded."""
+    p = results_path(name)
+    return json.loads(p.read_text()) if p else None
+
+
+def load_samples(name="nvidia-h200.npz"):
+    p = results_path(name)
+    return dict(np.load(p)) if p else {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Records:
+    """Runs (bench records) with the copy rate of the run that measured them and a line saying
+    where and when that was."""
+
+    runs: tuple
+    copy_gbps: float
+    source: str
+
+    def where(self, **fields):
+        """The runs whose fields (or shape fields) equal the given values."""
+
+        def ok(r):
+            return all(r.get(k, r.get("shape", {}).get(k)) == v for k, v in fields.items())
+
+        return Records(tuple(r for r in self.runs if ok(r)), self.copy_gbps, self.source)
+
+    def __len__(self):
+        return len(self.runs)
+
+
+def live_wanted(live=None):
+    """Measure now? live=None: when a GPU is here and QWENREF_LIVE is not "0"."""
+    if live is not None:
+        return bool(live)
+    if os.environ.get("QWENREF_LIVE", "1") == "0":
+        return False
+    from .gpu import available
+
+    return available()
+
+
+def recorded(select, name="nvidia-h200.json"):
+    """Records of the results file whose runs satisfy select(run); empty when none recorded."""
+    res = load_results(name) or {}
+    runs = tuple(r for r in res.get("runs", []) if select(r))
+    commits = sorted({str(r.get("commit", res.get("commit")))[:10] for r in runs})
+    dates = sorted({str(r.get("date", res.get("date", "?")))[:10] for r in runs})
+    src = (
+        f"recorded on {res.get('device', '?')} ({', '.join(dates)}) at commit "
+        f"{', '.join(commits)}; results/{name}"
+        if runs
+        else f"no runs recorded in results/{name}"
+    )
+    return Records(runs, float(res.get("copy_gbps", np.nan)), src)
+
+
+def _measure(cases, quick=True):
+    """Run bench cases [(fn, kwargs)] now on this GPU -> Records (their table lines hidden)."""
+    from .bench.context import Context
+
+    ctx = Context(quick)
+    with contextlib.redirect_stdout(io.StringIO()):
+        for fn, kw in cases:
+            fn(ctx, **kw)
+    src = f"measured just now on {ctx.device} (quick bench settings)"
+    return Records(tuple(ctx.runs), ctx.copy_gbps, src)
+
+
+def _is_family(family, sweep=None):
+    return lambda r: (
+        r.get("bench") == "ladder" and r.get("family") == family and r.get("sweep") == sweep
+    )
+
+
+def ladder_records(family, live=None, sweep=None):
+    """Every rung of one kernel family at the ladder's sizes (sweep="n_splits": attention's
+    split-count sweep), measured now (live) or as recorded."""
+    if not live_wanted(live):
+        return recorded(_is_family(family, sweep))
+    from .bench.ladder import ladder_cases
+
+    recs = _measure(ladder_cases(family, sweep))
+    keep = _is_family(family, sweep)
+    return Records(tuple(r for r in recs.runs if keep(r)), recs.copy_gbps, recs.source)
+
+
+def stage_records(stage, live=None, kernel=None):
+    """A stage's bench runs (not the ladder's), kernel text filtered; live runs the stage's
+    bench cases at their quick sizes."""
+
+    def keep(r):
+        return (
+            r.get("stage") == stage
+            and r.get("bench") != "ladder"
+            and (kernel is None or kernel in str(r.get("kernel")))
+        )
+
+    if not live_wanted(live):
+        return recorded(keep)
+    from .bench.cli import case_list
+
+    cases = [(lambda c, f=f: f(c), {}) for st, _, _, f in case_list(True) if st == stage]
+    recs = _measure(cases)
+    return Records(tuple(r for r in recs.runs if keep(r)), recs.copy_gbps, recs.source)
+
+
+def _series(runs):
+    """{label: runs sorted by bytes}: one line per rung (and cache kind / weights)."""
+    out = {}
+    for r in sorted(runs, key=lambda r: (r.get("rung", 0), r.get("bytes", 0))):
+        sh = r.get("shape", {})
+        tag = sh.get("kind") or sh.get("weights")
+        base = str(r.get("kernel"))
+        label = f"rung {r.get('rung')}: {base}" + (f" [{tag}]" if tag and tag not in base else "")
+        out.setdefault(label, []).append(r)
+    return out
+
+
+def plot_ladder(recs, ax=None, title=None):
+    """GB/s against bytes moved (log x) for every rung of the records, with the device copy
+    rate and the read floor (one launch that only reads the same bytes) as reference lines."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(7.5, 3.6))[1]
+    runs = [r for r in recs.runs if r.get("gbps") and r.get("bytes")]
+    if not runs:
+        ax.text(0.5, 0.5, "no runs: " + recs.source, ha="center", va="center", wrap=True)
+        ax.set_axis_off()
+        return ax
+    for label, rs in _series(runs).items():
+        ax.plot([r["bytes"] for r in rs], [r["gbps"] for r in rs], "o-", label=label)
+    floor = sorted(
+        {(r["bytes"], r["bytes"] / r["floor_us"] / 1e3) for r in runs if r.get("floor_us")}
+    )
+    if floor:
+        ax.plot(*zip(*floor), "k:", lw=1.2, label="read floor (same bytes, one launch)")
+    ax.axhline(recs.copy_gbps, color="k", ls="--", lw=1, label=f"copy {recs.copy_gbps:.0f} GB/s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("bytes moved per call")
+    ax.set_ylabel("GB/s (log)")
+    ax.set_title(title or f"{runs[0].get('family', runs[0].get('stage'))}: every rung")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.figure.text(0.01, -0.02, recs.source, fontsize=7, color="0.35")
+    return ax
+
+
+def plot_splits(recs, ax=None):
+    """Time against n_splits for each split-T rung; the plan's own count marked."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(7, 3.4))[1]
+    for label, rs in _series(recs.runs).items():
+        rs = sorted(rs, key=lambda r: r["shape"]["n_splits"])
+        x = [r["shape"]["n_splits"] for r in rs]
+        (line,) = ax.plot(x, [r["median_us"] for r in rs], "o-", label=label)
+        for r in rs:
+            if r["shape"].get("plan"):
+                ax.plot(r["shape"]["n_splits"], r["median_us"], "*", ms=14, color=line.get_color())
+    fl = [r["floor_us"] for r in recs.runs if r.get("floor_us")]
+    if fl:
+        ax.axhline(np.median(fl), color="k", ls=":", label="read floor")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("n_splits (★ = the plan's choice)")
+    ax.set_ylabel("µs per decode (log)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.figure.text(0.01, -0.02, recs.source, fontsize=7, color="0.35")
+    return ax
+
+
+def _size(r):
+    sh = r.get("shape", {})
+    keys = ("rows", "nb", "T", "proj", "kind", "weights", "n_splits")
+    return ", ".join(f"{k}={sh[k]}" for k in keys if k in sh)
+
+
+def print_ladder(recs):
+    """One line per run: rung, kernel, size, µs, % of copy, % of floor, × rung 0."""
+    print(recs.source)
+    v0 = {_size(r): r["median_us"] for r in recs.runs if r.get("rung") == 0}
+    for r in sorted(recs.runs, key=lambda r: (_size(r), r.get("rung", 0))):
+        base = v0.get(_size(r))
+        speed = f"{base / r['median_us']:7.1f}x" if base and r.get("median_us") else "      -"
+        pf = r.get("pct_of_floor")
+        print(
+            f"rung {r.get('rung')}  {str(r.get('kernel')):<28} {_size(r):<28} "
+            f"{r.get('median_us', np.nan):10.2f} us {r.get('pct_of_copy', np.nan):5.1f}% copy "
+            + (f"{pf:5.1f}% floor " if pf is not None else "")
+            + f"{speed} rung 0"
+        )
+
+
+def best_rungs(recs):
+    """{size: the fastest run at that size}: what a take-away cell quotes."""
+    best = {}
+    for r in recs.runs:
+        k = _size(r)
+        if r.get("median_us") and (k not in best or r["median_us"] < best[k]["median_us"]):
+            best[k] = r
+    return best

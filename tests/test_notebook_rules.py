@@ -1,0 +1,82 @@
+"""The rules every committed notebook keeps, so a learner's path stays readable: short cells,
+short outputs, nothing on stderr, the same opening box and closing sections, and no word of
+how the project was made. (nbval checks that the cells run; test_browser that they render.)"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# notebooks not yet rewritten to these rules (their tests may fail), each leaves this
+# set in the commit that rewrites it
+PENDING = {
+    "00_overview.ipynb",
+    "01_norm.ipynb",
+    "02_rope.ipynb",
+    "03_wht.ipynb",
+    "04_kvcache_q8.ipynb",
+    "05_kvcache_turbo.ipynb",
+    "06_indexer.ipynb",
+    "07_attention_split_t.ipynb",
+    "08_layer.ipynb",
+}
+NOTEBOOKS = [
+    pytest.param(p, marks=pytest.mark.xfail(reason="not yet rewritten")) if p.name in PENDING else p
+    for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+]
+IDS = [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+MAX_CELL_LINES = 30  # a cell a reader takes in at a glance
+MAX_OUTPUT_LINES = 60  # about one screen
+BANNED = re.compile(r"\bthe seed\b|\bsession \d|\bissue \d|DESIGN\.md|METHOD\.md|/work/", re.I)
+
+
+def _cells(nb):
+    return json.loads(nb.read_text())["cells"]
+
+
+def _text(cell):
+    return "".join(cell["source"])
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_cells_are_short(nb):
+    long = [
+        (i, _text(c).count("\n") + 1)
+        for i, c in enumerate(_cells(nb))
+        if c["cell_type"] == "code" and _text(c).count("\n") + 1 > MAX_CELL_LINES
+    ]
+    assert not long, f"{nb.name}: code cells over {MAX_CELL_LINES} lines (cell, lines): {long}"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_outputs_are_short_and_nothing_on_stderr(nb):
+    for i, c in enumerate(_cells(nb)):
+        for o in c.get("outputs", []):
+            assert o.get("name") != "stderr", f"{nb.name} cell {i}: stderr output committed"
+            text = "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+            n = text.count("\n")
+            assert n <= MAX_OUTPUT_LINES, f"{nb.name} cell {i}: output of {n} lines"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_opens_with_the_box_and_ends_with_exercises(nb):
+    cells = _cells(nb)
+    box = _text(cells[0]).lower()
+    assert cells[0]["cell_type"] == "markdown"
+    for part in ("you will learn", "you need", "run time"):
+        assert part in box, f"{nb.name}: the opening box lacks {part!r}"
+    headings = [_text(c).lower() for c in cells if c["cell_type"] == "markdown"]
+    assert any("take-away" in h or "takeaway" in h for h in headings), f"{nb.name}: no take-away"
+    assert any("exercises" in h for h in headings), f"{nb.name}: no exercises"
+    assert any("solution" in h for h in headings), f"{nb.name}: no solutions"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_speaks_of_itself_alone(nb):
+    for i, c in enumerate(_cells(nb)):
+        texts = [_text(c)] + ["".join(o.get("text", "")) for o in c.get("outputs", [])]
+        for t in texts:
+            m = BANNED.search(t)
+            assert not m, f"{nb.name} cell {i}: {m.group(0)!r}"
