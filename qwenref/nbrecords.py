@@ -158,16 +158,41 @@ def stage_records(stage, live=None, kernel=None):
     return Records(tuple(r for r in recs.runs if keep(r)), recs.copy_gbps, recs.source)
 
 
+def _tag(r):
+    sh = r.get("shape", {})
+    return sh.get("kind") or sh.get("weights")
+
+
 def _series(runs):
-    """{label: runs sorted by bytes}: one line per rung (and cache kind / weights)."""
+    """{(label, tag, rung): runs sorted by bytes}: one line per rung and cache kind / weights."""
     out = {}
     for r in sorted(runs, key=lambda r: (r.get("rung", 0), r.get("bytes", 0))):
-        sh = r.get("shape", {})
-        tag = sh.get("kind") or sh.get("weights")
-        base = str(r.get("kernel"))
+        tag, base = _tag(r), str(r.get("kernel"))
         label = f"rung {r.get('rung')}: {base}" + (f" [{tag}]" if tag and tag not in base else "")
-        out.setdefault(label, []).append(r)
+        out.setdefault((label, tag, r.get("rung", 0)), []).append(r)
     return out
+
+
+_MARKERS = "v^so*Dp"
+
+
+def _styles(keys):
+    """Colour by cache kind / weights when the runs have one (else by rung), marker and line
+    style by rung, so a kind's rungs read as one family of lines."""
+    tags = list(dict.fromkeys(t for _, t, _ in keys))
+    out = {}
+    for label, tag, rung in keys:
+        c = f"C{tags.index(tag)}" if len(tags) > 1 else f"C{rung}"
+        ls = ":" if rung == 0 else "-"
+        out[(label, tag, rung)] = dict(color=c, ls=ls, marker=_MARKERS[rung % len(_MARKERS)])
+    return out
+
+
+def _finish(ax, recs, title):
+    """Title, the records' source under it, the legend outside the data."""
+    ax.set_title(title, pad=16)
+    ax.text(0, 1.015, recs.source, transform=ax.transAxes, fontsize=7, color="0.35")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def plot_ladder(recs, ax=None, title=None):
@@ -181,21 +206,21 @@ def plot_ladder(recs, ax=None, title=None):
         ax.text(0.5, 0.5, "no runs: " + recs.source, ha="center", va="center", wrap=True)
         ax.set_axis_off()
         return ax
-    for label, rs in _series(runs).items():
-        ax.plot([r["bytes"] for r in rs], [r["gbps"] for r in rs], "o-", label=label)
+    series = _series(runs)
+    styles = _styles(series)
+    for key, rs in series.items():
+        ax.plot([r["bytes"] for r in rs], [r["gbps"] for r in rs], label=key[0], **styles[key])
     floor = sorted(
         {(r["bytes"], r["bytes"] / r["floor_us"] / 1e3) for r in runs if r.get("floor_us")}
     )
     if floor:
-        ax.plot(*zip(*floor), "k:", lw=1.2, label="read floor (same bytes, one launch)")
+        ax.plot(*zip(*floor), "k-.", lw=1, label="read floor (same bytes, one launch)")
     ax.axhline(recs.copy_gbps, color="k", ls="--", lw=1, label=f"copy {recs.copy_gbps:.0f} GB/s")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("bytes moved per call")
     ax.set_ylabel("GB/s (log)")
-    ax.set_title(title or f"{runs[0].get('family', runs[0].get('stage'))}: every rung")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    ax.figure.text(0.01, -0.02, recs.source, fontsize=7, color="0.35")
+    _finish(ax, recs, title or f"{runs[0].get('family', runs[0].get('stage'))}: every rung")
     return ax
 
 
@@ -204,7 +229,11 @@ def plot_splits(recs, ax=None):
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(7, 3.4))[1]
-    for label, rs in _series(recs.runs).items():
+    if not recs.runs:
+        ax.text(0.5, 0.5, "no runs: " + recs.source, ha="center", va="center", wrap=True)
+        ax.set_axis_off()
+        return ax
+    for (label, _, _), rs in _series(recs.runs).items():
         rs = sorted(rs, key=lambda r: r["shape"]["n_splits"])
         x = [r["shape"]["n_splits"] for r in rs]
         (line,) = ax.plot(x, [r["median_us"] for r in rs], "o-", label=label)
@@ -218,8 +247,7 @@ def plot_splits(recs, ax=None):
     ax.set_yscale("log")
     ax.set_xlabel("n_splits (★ = the plan's choice)")
     ax.set_ylabel("µs per decode (log)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    ax.figure.text(0.01, -0.02, recs.source, fontsize=7, color="0.35")
+    _finish(ax, recs, "time against the number of splits")
     return ax
 
 
