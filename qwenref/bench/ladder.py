@@ -398,6 +398,22 @@ def ladder_indexer(ctx, T=32768, nb=1):
     )
 
 
+def _decode_inputs(ctx, c, T, nb, kind):
+    """A decode of nb rows ending at T tokens: (bytes, read floor µs, caches to rotate, the
+    caches filled, q, the poisoned output, golden's answer)."""
+    from .. import gpu
+
+    nbytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, kind, T - nb)
+    floor = timing.floor_us(nbytes, ctx.n_rot(nbytes), ctx.batches).us
+    nr = ctx.n_rot(T * kv_bytes_per_token(kind, c.nkv, c.head_dim))
+    caches = [gpu.KVCache(c, max_t=T, kind=kind) for _ in range(nr)]
+    fill_caches(caches, T)
+    q = randn(ctx.cp, (nb, c.nh, c.head_dim), 2.0)
+    out = poisoned(ctx.cp, (nb, c.nh, c.head_dim))
+    ref = golden_attention_rows(caches[0].to_golden(), host(q), T - nb)
+    return nbytes, floor, nr, caches, q, out, ref
+
+
 V0_MAX_T = 32768  # v0 reads every token in one warp per head: ~0.4 s a call at 128k
 
 
@@ -410,15 +426,8 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4")):
     cp = ctx.cp
     c = dense_cfg()
     for kind in kinds:
-        nbytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, kind, T - nb)
-        floor = timing.floor_us(nbytes, ctx.n_rot(nbytes), ctx.batches).us
-        nr = ctx.n_rot(T * kv_bytes_per_token(kind, c.nkv, c.head_dim))
-        caches = [gpu.KVCache(c, max_t=T, kind=kind) for _ in range(nr)]
-        fill_caches(caches, T)
+        nbytes, floor, nr, caches, q, out, ref = _decode_inputs(ctx, c, T, nb, kind)
         base = T - nb
-        q = randn(cp, (nb, c.nh, c.head_dim), 2.0)
-        out = poisoned(cp, (nb, c.nh, c.head_dim))
-        ref = golden_attention_rows(caches[0].to_golden(), host(q), base)
 
         def once(impl):
             out.fill(cp.nan)
@@ -500,15 +509,8 @@ def ladder_splits(ctx, T=32768, nb=1, splits=(1, 2, 4, 8, 16, 32, 64, 128, 256))
 
     cp = ctx.cp
     c = dense_cfg()
-    nbytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, "q8", T - nb)
-    floor = timing.floor_us(nbytes, ctx.n_rot(nbytes), ctx.batches).us
-    nr = ctx.n_rot(T * kv_bytes_per_token("q8", c.nkv, c.head_dim))
-    caches = [gpu.KVCache(c, max_t=T, kind="q8") for _ in range(nr)]
-    fill_caches(caches, T)
+    nbytes, floor, nr, caches, q, out, ref = _decode_inputs(ctx, c, T, nb, "q8")
     base = T - nb
-    q = randn(cp, (nb, c.nh, c.head_dim), 2.0)
-    out = poisoned(cp, (nb, c.nh, c.head_dim))
-    ref = golden_attention_rows(caches[0].to_golden(), host(q), base)
     tol = {"v1": TOL_ATTN, "mma": TOL_ATTN_MMA}
     for impl in ("v1", "mma"):
         auto = plan(caches[0], nb, base_pos=base, impl=impl).n_splits
