@@ -4,6 +4,7 @@ argument checks every wrapper runs before a launch (kernels never see a bad argu
 from __future__ import annotations
 
 import functools
+import os
 import re
 from pathlib import Path
 
@@ -73,16 +74,17 @@ def available() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def module(name: str, options: tuple = ()):
-    """kernels_cuda/<name>.cu compiled by NVRTC once per process (CuPy also caches on disk)."""
+    """kernels_cuda/<name>.cu compiled by NVRTC once per process (CuPy also caches on disk).
+    Under compute-sanitizer (QWENREF_SANITIZE=1) with line info, so reports name source lines."""
     cp = cupy()
     opts = ("--std=c++17", "-default-device", *_include_opts()) + tuple(options)
+    if os.environ.get("QWENREF_SANITIZE") == "1":
+        opts += ("-lineinfo",)
     return cp.RawModule(code=kernel_source(name), options=opts, name_expressions=None)
 
 
 def _include_opts():
     """NVRTC needs the toolkit's include dir for cuda_fp16.h / cuda_bf16.h."""
-    import os
-
     cands = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
     try:
         import cupy as cp
