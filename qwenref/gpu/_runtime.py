@@ -109,11 +109,18 @@ def kernel(module_name: str, fn: str, options: tuple = ()):
 # call has launched nothing and written nothing (out= buffers included).
 
 
-def _type_name(a):
-    """'numpy.ndarray', 'list', ...: the type as the caller would write it."""
-    t = type(a)
-    mod = t.__module__.split(".")[0]
-    return t.__name__ if mod == "builtins" else f"{mod}.{t.__name__}"
+def type_name(obj):
+    """The type of obj as the caller would write it, for error messages: 'list',
+    'numpy.ndarray', 'cupy.ndarray', 'qwenref.golden.kvcache.KVCache'."""
+    t = type(obj)
+    top = t.__module__.split(".")[0]
+    if top == "builtins":
+        return t.__qualname__
+    return (
+        f"{top}.{t.__qualname__}"
+        if top in ("numpy", "cupy")
+        else f"{t.__module__}.{t.__qualname__}"
+    )
 
 
 def check_array(name, a, dtype=None, shape=None, ndim=None, contiguous=True):
@@ -127,7 +134,7 @@ def check_array(name, a, dtype=None, shape=None, ndim=None, contiguous=True):
         hint = (
             " (a host array: cupy.asarray copies it to the GPU)" if hasattr(a, "__array__") else ""
         )
-        raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {_type_name(a)}{hint}")
+        raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {type_name(a)}{hint}")
     if a.device.id != cp.cuda.Device().id:
         raise ValueError(f"{name} is on device {a.device.id}, expected {cp.cuda.Device().id}")
     if dtype is not None and a.dtype != cp.dtype(dtype):

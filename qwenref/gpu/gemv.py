@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._args import int_arg
-from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
+from ._runtime import check_array, cupy, kernel, out_array, resolve_rung, type_name
 
 __all__ = [
     "linear",
@@ -377,20 +377,25 @@ def swiglu_interleaved(gu, out=None):
 
 def interleave_rows(a, b):
     """Rows a_0, b_0, a_1, b_1, ... (numpy or cupy, same shape) — the gate/up layout above."""
-    mod = type(a).__module__.split(".")[0]
-    if mod not in ("numpy", "cupy") or not hasattr(a, "shape"):
-        raise TypeError(f"a must be a numpy or cupy array, got {type(a).__name__}")
-    if type(b) is not type(a):
-        raise TypeError(
-            f"b must be an array of a's kind ({type(a).__name__}), got {type(b).__name__}"
-        )
+    kind = _array_kind(a)
+    if kind is None:
+        raise TypeError(f"a must be a numpy or cupy array, got {type_name(a)}")
+    if _array_kind(b) != kind:
+        raise TypeError(f"b must be a {kind} array like a, got {type_name(b)}")
     if a.ndim < 1:
         raise ValueError(f"a must have at least one axis (its rows), got shape {a.shape}")
     if b.dtype != a.dtype:
         raise TypeError(f"b must have a's dtype {a.dtype}, got {b.dtype}")
     if b.shape != a.shape:
         raise ValueError(f"b must have a's shape {a.shape} (gate and up rows), got {b.shape}")
-    xp = cupy() if mod == "cupy" else np
+    xp = cupy() if kind == "cupy" else np
     out = xp.empty((2 * a.shape[0],) + a.shape[1:], dtype=a.dtype)
     out[0::2], out[1::2] = a, b
     return out
+
+
+def _array_kind(a):
+    """ "numpy" or "cupy" for an array of that module (subclasses too), else None."""
+    if type(a).__module__.split(".")[0] == "cupy" and hasattr(a, "shape"):
+        return "cupy"
+    return "numpy" if isinstance(a, np.ndarray) else None

@@ -27,7 +27,7 @@ import numpy as np
 
 from .._args import finite_float_arg, int_arg
 from ..config import AttnConfig
-from ._runtime import check_array, kernel, out_array, resolve_rung
+from ._runtime import check_array, kernel, out_array, resolve_rung, type_name
 from .kvcache import KVCache
 
 __all__ = [
@@ -102,12 +102,7 @@ def _ihd_arg(name, ihd):
 
 def _check_cache_type(cache):
     if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a qwenref.gpu.KVCache, got {_qualified(cache)}")
-
-
-def _qualified(obj):
-    t = type(obj)
-    return f"{t.__module__}.{t.__qualname__}"
+        raise TypeError(f"cache must be a qwenref.gpu.KVCache, got {type_name(cache)}")
 
 
 def _indexer_state(cache, cfg=None):

@@ -33,7 +33,7 @@ import numpy as np
 
 from .._args import int_arg
 from ..weights import check_layer_args, check_weights
-from ._runtime import check_array, cupy
+from ._runtime import check_array, cupy, type_name
 from .kvcache import KVCache
 
 __all__ = ["FullAttentionLayer", "DecodeGraph", "STAGES"]
@@ -226,8 +226,7 @@ class FullAttentionLayer:
         c = self.cfg
         base_pos = int_arg("base_pos", base_pos, 0)
         if not isinstance(cache, KVCache):
-            t = type(cache)
-            raise TypeError(f"cache must be a qwenref.gpu.KVCache, got {t.__module__}.{t.__name__}")
+            raise TypeError(f"cache must be a qwenref.gpu.KVCache, got {type_name(cache)}")
         if cache.cfg != c:
             raise ValueError("cache was built for a different AttnConfig than this layer")
         if base_pos != len(cache):
