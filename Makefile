@@ -69,13 +69,13 @@ gpu-refresh:
 # (one entry per tool, merged; needs QWENREF_COMMIT=<sha> where there is no .git), and nothing
 # is written when the run did not start. A machine runs a command for at most 10 minutes and
 # the sanitizer slows each kernel 10-100x, so the default is time-aware: SELECT=quick runs each
-# test function with every value of each parameter once (about half the GPU tests; every
-# rung, cache kind and shape value still runs), and BUDGET=480 skips the tests that would start
-# after 480 s (counted as budget_skipped). SELECT=all with SHARD=1/3, 2/3, 3/3 (one call each)
+# test function with every value of each parameter once (about 40% of the stage tests; every
+# rung, cache kind and shape value still runs), and BUDGET=450 skips the tests that would start
+# after 450 s (counted as budget_skipped). SELECT=all with SHARD=1/3, 2/3, 3/3 (one call each)
 # runs everything; K="norm or wht" narrows to tests matching a pytest -k expression.
 TOOL   ?= memcheck
 SELECT ?= quick
-BUDGET ?= 480
+BUDGET ?= 450
 sanitize:
 	$(PYTHON) -m qwenref.dev.sanitize --tool $(TOOL) --select $(SELECT) --budget $(BUDGET) \
 	    $(if $(K),-k "$(K)") $(if $(SHARD),--shard $(SHARD))

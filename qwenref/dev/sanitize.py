@@ -1,7 +1,7 @@
 """The GPU tests under NVIDIA compute-sanitizer, one tool per run, and their summary recorded.
 
     python -m qwenref.dev.sanitize --tool memcheck            # or racecheck, initcheck, synccheck
-    python -m qwenref.dev.sanitize --tool racecheck --select all --shard 1/3 --budget 540
+    python -m qwenref.dev.sanitize --tool racecheck --select all --shard 1/3
     python -m qwenref.dev.sanitize --tool memcheck -k "norm or wht" --dry
 
 Runs `compute-sanitizer --tool <tool> <its options> python -m pytest -m gpu tests/` with
@@ -11,11 +11,12 @@ and to skip the tests that only measure time or exist for big shapes (marker no_
 The tests run on their own small shapes.
 
 Selection (--select): "quick" (the default) runs each test function with every value of each
-of its parameters at least once instead of every combination (cover_parameters: about half of
-the GPU tests, every kernel rung, kind and shape value still launched); "all" runs every GPU
-test. -k / -m narrow either further, --shard k/n runs the k-th of n interleaved slices, and
---budget s skips the tests that would start after s seconds of the run, so it ends inside a
-machine's time limit (the skipped count is recorded).
+of its parameters at least once instead of every combination (cover_parameters: about 40% of
+the stage tests; every rung, cache kind and shape value still runs, not in every combination;
+every case of test_gpu_bad_input.py runs); "all" runs every GPU test. -k / -m narrow either
+further, --shard k/n runs the k-th of n interleaved slices, and --budget s (default 450) skips
+the tests that would start after s seconds of the run, so it ends inside a machine's 10-minute
+limit (the skipped count is recorded as budget_skipped).
 
 The run is parsed for the sanitizer's summary ("ERROR SUMMARY: N errors"; racecheck's
 "RACECHECK SUMMARY: ... (E errors, W warnings)"), summed over the processes it followed, and
@@ -24,7 +25,8 @@ pytest's summary line, and merged into results/sanitizer-<device>.json:
 tool (the other tools' entries are kept, so one tool per call works); with --shard, the
 entry keeps each shard and sums them. The commit is QWENREF_COMMIT, else git's HEAD. Nothing is
 written when the run failed to start: no sanitizer, no GPU (every test skipped), no summary
-from either (a crash, an option the installed sanitizer does not know), or no test run.
+from either (a crash, a kill), or no test run. Options the installed sanitizer's --help does
+not list are left out (and recorded), so another version still starts.
 """
 
 from __future__ import annotations
@@ -300,7 +302,7 @@ def _parser():
     ap.add_argument("-k", help="pytest -k expression (narrows the selection)")
     ap.add_argument("-m", help="a pytest marker expression, and-ed with 'gpu'")
     ap.add_argument("--shard", help="k/n: the k-th of n interleaved slices of the selection")
-    ap.add_argument("--budget", type=float, default=480.0, help="seconds; 0: no budget")
+    ap.add_argument("--budget", type=float, default=450.0, help="seconds; 0: no budget")
     ap.add_argument("--print-limit", type=int, default=100)
     ap.add_argument("--padding", type=int, default=0, help="memcheck: bytes after each array")
     ap.add_argument("--sanitizer", help="compute-sanitizer's path (else found on PATH/CUDA)")
