@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 
-.PHONY: run test setup demo compile-check gpu-refresh clean
+.PHONY: run test setup demo compile-check gpu-refresh sanitize clean
 
 setup: $(STAMP)
 
@@ -62,6 +62,23 @@ gpu-refresh:
 	$(PYTHON) -m qwenref.bench
 	$(PYTHON) -m qwenref.status
 	$(PYTHON) -m qwenref.notebooks --in-place
+
+# The GPU tests under compute-sanitizer, one tool per run (a GPU machine, no venv, like
+# gpu-refresh): make sanitize TOOL=memcheck|racecheck|initcheck|synccheck. CuPy's memory pool
+# is off and kernels carry line info; the summary goes into results/sanitizer-<device>.json
+# (one entry per tool, merged; needs QWENREF_COMMIT=<sha> where there is no .git), and nothing
+# is written when the run did not start. A machine runs a command for at most 10 minutes and
+# the sanitizer slows each kernel 10-100x, so the default is time-aware: SELECT=quick runs each
+# test function with every value of each parameter once (about 40% of the stage tests; every
+# rung, cache kind and shape value still runs), and BUDGET=450 skips the tests that would start
+# after 450 s (counted as budget_skipped). SELECT=all with SHARD=1/3, 2/3, 3/3 (one call each)
+# runs everything; K="norm or wht" narrows to tests matching a pytest -k expression.
+TOOL   ?= memcheck
+SELECT ?= quick
+BUDGET ?= 450
+sanitize:
+	$(PYTHON) -m qwenref.dev.sanitize --tool $(TOOL) --select $(SELECT) --budget $(BUDGET) \
+	    $(if $(K),-k "$(K)") $(if $(SHARD),--shard $(SHARD))
 
 clean:
 	rm -rf build/ *.egg-info .pytest_cache

@@ -325,6 +325,7 @@ def test_on_stage_names_the_stages_in_order(tiny_cfg, rng):
     np.testing.assert_allclose(y.get(), layer.forward(x, 44, b).get(), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.no_sanitizer("times the layer's stages; their kernels run in the other tests here")
 def test_stage_us(tiny_cfg, rng):
     cp, gpu = _cp(), _gpu()
     from qwenref import timing

@@ -4,6 +4,7 @@ argument checks every wrapper runs before a launch (kernels never see a bad argu
 from __future__ import annotations
 
 import functools
+import os
 import re
 from pathlib import Path
 
@@ -73,16 +74,17 @@ def available() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def module(name: str, options: tuple = ()):
-    """kernels_cuda/<name>.cu compiled by NVRTC once per process (CuPy also caches on disk)."""
+    """kernels_cuda/<name>.cu compiled by NVRTC once per process (CuPy also caches on disk).
+    Under compute-sanitizer (QWENREF_SANITIZE=1) with line info, so reports name source lines."""
     cp = cupy()
     opts = ("--std=c++17", "-default-device", *_include_opts()) + tuple(options)
+    if os.environ.get("QWENREF_SANITIZE") == "1":
+        opts += ("-lineinfo",)
     return cp.RawModule(code=kernel_source(name), options=opts, name_expressions=None)
 
 
 def _include_opts():
     """NVRTC needs the toolkit's include dir for cuda_fp16.h / cuda_bf16.h."""
-    import os
-
     cands = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
     try:
         import cupy as cp
@@ -101,14 +103,38 @@ def kernel(module_name: str, fn: str, options: tuple = ()):
 
 
 # ---- argument checks ----------------------------------------------------------------------
+# Every wrapper checks its arguments in one order: impl and the plain Python arguments (sizes,
+# flags, eps, theta: qwenref._args' helpers) first, which needs no GPU; then each array with
+# check_array / out_array; then what depends on the arrays' shapes; then it launches. A refused
+# call has launched nothing and written nothing (out= buffers included).
 
 
-def check_array(name, a, dtype=None, shape=None, ndim=None):
-    """a must be a C-contiguous CuPy array on the current device, of this dtype and shape
-    (shape entries of None match anything). Raises TypeError/ValueError naming the argument."""
+def type_name(obj):
+    """The type of obj as the caller would write it, for error messages: 'list',
+    'numpy.ndarray', 'cupy.ndarray', 'qwenref.golden.kvcache.KVCache'."""
+    t = type(obj)
+    top = t.__module__.split(".")[0]
+    if top == "builtins":
+        return t.__qualname__
+    return (
+        f"{top}.{t.__qualname__}"
+        if top in ("numpy", "cupy")
+        else f"{t.__module__}.{t.__qualname__}"
+    )
+
+
+def check_array(name, a, dtype=None, shape=None, ndim=None, contiguous=True):
+    """a must be a CuPy array on the current device, of this dtype and shape (shape entries of
+    None match anything), C-contiguous (contiguous=True) or with a contiguous last axis and
+    strides of whole elements (contiguous="last": a strided view of rows).
+    Raises TypeError (not a cupy array; dtype) or ValueError (device, ndim, shape, layout)
+    naming the argument; returns a."""
     cp = cupy()
     if not isinstance(a, cp.ndarray):
-        raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {type(a).__name__}")
+        hint = (
+            " (a host array: cupy.asarray copies it to the GPU)" if hasattr(a, "__array__") else ""
+        )
+        raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {type_name(a)}{hint}")
     if a.device.id != cp.cuda.Device().id:
         raise ValueError(f"{name} is on device {a.device.id}, expected {cp.cuda.Device().id}")
     if dtype is not None and a.dtype != cp.dtype(dtype):
@@ -119,8 +145,14 @@ def check_array(name, a, dtype=None, shape=None, ndim=None):
         if a.ndim != len(shape) or any(s is not None and s != d for s, d in zip(shape, a.shape)):
             want = tuple("*" if s is None else s for s in shape)
             raise ValueError(f"{name} must have shape {want}, got {a.shape}")
-    if not a.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous")
+    if contiguous == "last":
+        item = a.itemsize
+        if a.ndim and a.shape[-1] > 1 and a.strides[-1] != item:
+            raise ValueError(f"{name}'s last axis must be contiguous, got strides {a.strides}")
+        if any(s % item for s in a.strides):
+            raise ValueError(f"{name}'s strides must be whole elements, got {a.strides}")
+    elif not a.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous, got strides {a.strides}")
     return a
 
 

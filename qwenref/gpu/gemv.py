@@ -18,7 +18,10 @@ Shape letters: nb rows (decode tokens), n_in input features, n_out output featur
 
 from __future__ import annotations
 
-from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
+import numpy as np
+
+from .._args import int_arg
+from ._runtime import check_array, cupy, kernel, out_array, resolve_rung, type_name
 
 __all__ = [
     "linear",
@@ -57,6 +60,11 @@ _WIDE = (8, 128, 1, "m8")
 
 def pick_kernel(kind, nb, n_out):
     """(rows, threads, kernel name) of the gemv.cu kernel for `kind`, nb (<= 8) and n_out."""
+    _kind_arg(kind)
+    nb = int_arg("nb", nb, 1)
+    if nb > _MAX_NB:
+        raise ValueError(f"nb must be <= {_MAX_NB} (one launch's rows), got {nb}")
+    n_out = int_arg("n_out", n_out, 0)
     if kind == "q8" and nb == 1 and n_out >= _WIDE_N:
         rows, threads, unroll, suffix = _WIDE
     else:
@@ -66,6 +74,12 @@ def pick_kernel(kind, nb, n_out):
 
 def _k(fn):
     return kernel("gemv", fn)
+
+
+def _kind_arg(kind):
+    if kind not in ("q8", "f32"):
+        raise ValueError(f"kind must be 'q8' or 'f32', got {kind!r}")
+    return kind
 
 
 def _rung(impl):
@@ -79,12 +93,10 @@ def rung_kernel(family, impl=None, *, kind="q8", nb=1, n_out=None):
     if family not in RUNGS:
         raise ValueError(f"family must be one of {tuple(RUNGS)}, got {family!r}")
     rung = _rung(impl)
-    if kind not in ("q8", "f32"):
-        raise ValueError(f"kind must be 'q8' or 'f32', got {kind!r}")
+    _kind_arg(kind)
     if rung == "v0":
         return f"gemv_{kind}_v0"
-    if isinstance(nb, bool) or not isinstance(nb, int) or nb < 1:
-        raise ValueError(f"nb must be a positive int, got {nb!r}")
+    nb = int_arg("nb", nb, 1)
     if n_out is None:
         raise ValueError("n_out is needed for the v1 rung (its kernel depends on it)")
     names = [pick_kernel(kind, min(_MAX_NB, nb - b0), n_out)[2] for b0 in range(0, nb, _MAX_NB)]
@@ -281,18 +293,31 @@ def gemv_f32(x, w, out=None, residual=None, impl=None):
     return _gemv("f32", x, w, None, out, residual, rung)
 
 
+def _seg_ends_arg(seg_ends):
+    """seg_ends (a list, tuple or 1-D numpy array of ints) as a list of at most 4 ascending
+    ints >= 0 (<= n_out: checked by the caller)."""
+    if isinstance(seg_ends, np.ndarray) and seg_ends.ndim == 1:
+        seg_ends = seg_ends.tolist() if seg_ends.dtype.kind in "iu" else list(seg_ends)
+    if not isinstance(seg_ends, (list, tuple)):
+        raise TypeError(f"seg_ends must be a list of ints, got {type(seg_ends).__name__}")
+    ends = [int_arg(f"seg_ends[{i}]", e, 0) for i, e in enumerate(seg_ends)]
+    if len(ends) > 4 or any(a > b for a, b in zip(ends, ends[1:])):
+        raise ValueError(f"seg_ends must be at most 4 ascending ends, got {ends}")
+    return ends
+
+
 def gemv_segments(x, w, d, seg_ends, out=None, impl=None):
     """Fused projection: rows of w cut at seg_ends (ascending, < 5 segments) -> a list of
     contiguous [nb, len_s] float32 arrays (views of one flat buffer `out`, size nb·n_out).
     d is None for float32 weights w, else w = q int8 with d its f16 scales. impl "v0": the v0
     GEMV into a temporary [nb, n_out], then one copy per segment."""
     rung = _rung(impl)
+    ends = _seg_ends_arg(seg_ends)
     cp = cupy()
     n_out = _check_inputs(x, w, d)
     nb = x.shape[0]
-    ends = [int(e) for e in seg_ends]
-    if len(ends) > 4 or any(a > b for a, b in zip([0] + ends, ends + [n_out])):
-        raise ValueError(f"seg_ends must be at most 4 ascending ends in [0, {n_out}], got {ends}")
+    if ends and ends[-1] > n_out:
+        raise ValueError(f"seg_ends must be at most {n_out} (w's rows), got {ends}")
     flat = out_array("out", out, (nb * n_out,), cp.float32)
     kind = "q8" if d is not None else "f32"
     bounds = [0] + ends + [n_out]
@@ -343,18 +368,34 @@ def swiglu_interleaved(gu, out=None):
         raise ValueError(f"gu must have an even number of columns (gate/up pairs), got {gu.shape}")
     act = out_array("out", out, (nb, n2 // 2), cp.float32)
     n = nb * (n2 // 2)
-    _k("swiglu_interleaved")(
-        ((n + 255) // 256,), (256,), (gu, act, cp.int32(nb), cp.int32(n2 // 2))
-    )
+    if n:
+        _k("swiglu_interleaved")(
+            ((n + 255) // 256,), (256,), (gu, act, cp.int32(nb), cp.int32(n2 // 2))
+        )
     return act
 
 
 def interleave_rows(a, b):
     """Rows a_0, b_0, a_1, b_1, ... (numpy or cupy, same shape) — the gate/up layout above."""
-    if a.shape != b.shape:
-        raise ValueError(f"gate and up weights must have one shape, got {a.shape} and {b.shape}")
-    mod = type(a).__module__.split(".")[0]
-    xp = cupy() if mod == "cupy" else __import__("numpy")
+    kind = _array_kind(a)
+    if kind is None:
+        raise TypeError(f"a must be a numpy or cupy array, got {type_name(a)}")
+    if _array_kind(b) != kind:
+        raise TypeError(f"b must be a {kind} array like a, got {type_name(b)}")
+    if a.ndim < 1:
+        raise ValueError(f"a must have at least one axis (its rows), got shape {a.shape}")
+    if b.dtype != a.dtype:
+        raise TypeError(f"b must have a's dtype {a.dtype}, got {b.dtype}")
+    if b.shape != a.shape:
+        raise ValueError(f"b must have a's shape {a.shape} (gate and up rows), got {b.shape}")
+    xp = cupy() if kind == "cupy" else np
     out = xp.empty((2 * a.shape[0],) + a.shape[1:], dtype=a.dtype)
     out[0::2], out[1::2] = a, b
     return out
+
+
+def _array_kind(a):
+    """ "numpy" or "cupy" for an array of that module (subclasses too), else None."""
+    if type(a).__module__.split(".")[0] == "cupy" and hasattr(a, "shape"):
+        return "cupy"
+    return "numpy" if isinstance(a, np.ndarray) else None

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._args import float_arg as _float_arg
-from .._args import int_arg as _int_arg
-from ._runtime import check_array, kernel, out_array, resolve_rung
+from .._args import finite_float_arg, int_arg
+from ..config import AttnConfig
+from ._runtime import check_array, kernel, out_array, resolve_rung, type_name
+from .kvcache import KVCache
 
 __all__ = [
     "indexer_queries",
@@ -35,6 +36,7 @@ __all__ = [
     "block_scores",
     "select_rows",
     "select_kernel_name",
+    "check_select_limits",
     "rung_kernel",
     "RUNGS",
     "DEFAULT_RUNG",
@@ -79,11 +81,17 @@ def rung_kernel(family, impl=None, **shape):
     return select_kernel_name(shape["nblk"], shape["kblk"])
 
 
-def _rotary_arg(rotary_dim, width):
-    rotary_dim = _int_arg("rotary_dim", rotary_dim, 0)
-    if rotary_dim % 2 or rotary_dim > width:
-        raise ValueError(f"rotary_dim must be even and <= {width}, got {rotary_dim}")
+def _rotary_arg(rotary_dim):
+    """rotary_dim an even int >= 0 (<= the head width: _check_rotary_fits)."""
+    rotary_dim = int_arg("rotary_dim", rotary_dim, 0)
+    if rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be even, got {rotary_dim}")
     return rotary_dim
+
+
+def _check_rotary_fits(rotary_dim, width):
+    if rotary_dim > width:
+        raise ValueError(f"rotary_dim must be <= {width} (the head width), got {rotary_dim}")
 
 
 def _ihd_arg(name, ihd):
@@ -92,26 +100,52 @@ def _ihd_arg(name, ihd):
     return ihd
 
 
-def _indexer_state(cache):
-    """cache.idx_keys [max_t, ihd], cache.blk_keys [nblk, ihd] (cupy float32)."""
-    for a in ("cfg", "idx_keys", "blk_keys"):
-        if not hasattr(cache, a):
-            raise TypeError(
-                f"cache must be a qwenref.gpu.KVCache (no attribute {a!r}), "
-                f"got {type(cache).__name__}"
-            )
+def _check_cache_type(cache):
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a qwenref.gpu.KVCache, got {type_name(cache)}")
+
+
+def _indexer_state(cache, cfg=None):
+    """cache.idx_keys [max_t, ihd], cache.blk_keys [nblk, ihd] (cupy float32); with cfg, ihd
+    must be cfg.indexer_head_dim."""
+    _check_cache_type(cache)
     if cache.idx_keys is None or cache.blk_keys is None:
         raise ValueError("cache holds no indexer state (idx_keys / blk_keys are None)")
     check_array("cache.idx_keys", cache.idx_keys, np.float32, ndim=2)
     ihd = cache.idx_keys.shape[1]
     check_array("cache.blk_keys", cache.blk_keys, np.float32, (None, ihd))
+    if cfg is not None and ihd != cfg.indexer_head_dim:
+        raise ValueError(
+            f"cfg.indexer_head_dim is {cfg.indexer_head_dim}, but the cache's indexer state "
+            f"has width {ihd}"
+        )
     return cache.idx_keys, cache.blk_keys
 
 
 def _check_cfg(cfg):
-    if not getattr(cfg, "has_indexer", False):
+    if not isinstance(cfg, AttnConfig):
+        raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
+    if not cfg.has_indexer:
         raise ValueError("cfg has no indexer (indexer_* fields unset)")
     return cfg
+
+
+def check_select_limits(cfg, nblk):
+    """The selection's own limits, from the config and the cache's block slots alone:
+    ValueError unless the scoring kernel's shared memory holds a row's queries (inh * ihd
+    float64 values) and the selection kernel takes nblk block slots. select_rows checks these;
+    a layer checks them before its step changes the cache."""
+    inh, ihd = cfg.indexer_n_heads, cfg.indexer_head_dim
+    if inh * ihd * 8 > _SMEM_LIMIT:
+        raise ValueError(
+            f"cfg: indexer heads * width = {inh} * {ihd} does not fit the scoring kernel's "
+            f"shared memory ({_SMEM_LIMIT // 8} float64 values)"
+        )
+    if nblk > MAX_BLOCKS:
+        raise ValueError(
+            f"cache.blk_keys has {nblk} blocks; the selection kernel takes at most "
+            f"{MAX_BLOCKS} (max_t // R)"
+        )
 
 
 # ---- queries -----------------------------------------------------------------------------
@@ -122,18 +156,15 @@ def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6, out
     q_raw: cupy float32 [nb, inh, ihd]; q_norm_w: float32 [ihd]; positions: int32 [nb].
     Returns out float32 [nb, inh, ihd] (may be q_raw itself).
     """
+    rotary_dim = _rotary_arg(rotary_dim)
+    theta = finite_float_arg("theta", theta, 0.0, strict=True)
+    eps = finite_float_arg("eps", eps, 0.0)
     check_array("q_raw", q_raw, np.float32, ndim=3)
     nb, inh, ihd = q_raw.shape
     _ihd_arg("q_raw", ihd)
     check_array("q_norm_w", q_norm_w, np.float32, (ihd,))
     check_array("positions", positions, np.int32, (nb,))
-    rotary_dim = _rotary_arg(rotary_dim, ihd)
-    theta = _float_arg("theta", theta)
-    if not theta > 0:
-        raise ValueError(f"theta must be > 0, got {theta!r}")
-    eps = _float_arg("eps", eps)
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps!r}")
+    _check_rotary_fits(rotary_dim, ihd)
     out = out_array("out", out, (nb, inh, ihd), np.float32)
     if nb * inh:
         kernel("indexer", "indexer_norm_rope")(
@@ -165,15 +196,15 @@ def update_block_keys(cache, k_norm_w, cfg, t0, t1, *, impl=None):
     """
     rung = _rung("update_block_keys", impl)
     _check_cfg(cfg)
-    idx_keys, blk_keys = _indexer_state(cache)
+    t0 = int_arg("t0", t0, 0)
+    t1 = int_arg("t1", t1, 0)
+    if t1 < t0:
+        raise ValueError(f"t1 ({t1}) must be >= t0 ({t0})")
+    idx_keys, blk_keys = _indexer_state(cache, cfg)
     ihd = idx_keys.shape[1]
     _ihd_arg("cache.idx_keys", ihd)
     check_array("k_norm_w", k_norm_w, np.float32, (ihd,))
     R = cfg.indexer_compress_ratio
-    t0 = _int_arg("t0", t0, 0)
-    t1 = _int_arg("t1", t1, 0)
-    if t1 < t0:
-        raise ValueError(f"t1 ({t1}) must be >= t0 ({t0})")
     if t1 > len(cache):
         raise ValueError(f"t1 ({t1}) must be <= len(cache) ({len(cache)})")
     blocks = np.arange(t0 // R, t1 // R, dtype=np.int64)  # [nj]
@@ -209,8 +240,9 @@ def _launch_block_keys(rung, idx_keys, ihd, R, j0, nj, k_norm_w, cfg, blk_keys):
 
 
 # ---- scoring and selection -----------------------------------------------------------------
-def _check_scoring(q, cache, base_pos):
-    _, blk_keys = _indexer_state(cache)
+def _check_scoring(q, cache, base_pos, cfg=None):
+    """block_scores' and select_rows' arguments (base_pos already an int >= 0)."""
+    _, blk_keys = _indexer_state(cache, cfg)
     nblk, ihd = blk_keys.shape
     check_array("q", q, np.float32, (None, None, ihd))
     nb, inh, _ = q.shape
@@ -221,13 +253,12 @@ def _check_scoring(q, cache, base_pos):
             f"q's heads * width = {inh} * {ihd} does not fit the scoring kernel's "
             f"shared memory ({_SMEM_LIMIT // 8} float64 values)"
         )
-    base_pos = _int_arg("base_pos", base_pos, 0)
     if base_pos + nb > len(cache):
         raise ValueError(
             f"base_pos + nb = {base_pos} + {nb} exceeds len(cache) = {len(cache)}: "
             f"row b scores the blocks complete at position base_pos + b"
         )
-    return nb, inh, ihd, nblk, base_pos
+    return nb, inh, ihd, nblk
 
 
 def _launch_scores(rung, q, blk_keys, nb, inh, ihd, nblk, base_pos, R, out):
@@ -272,7 +303,8 @@ def block_scores(q, cache, base_pos, out=None, *, impl=None):
     Returns out float32 [nb, nblk], nblk = cache.blk_keys.shape[0]. One launch. impl: the rung
     (RUNGS["block_scores"]; None = DEFAULT_RUNG)."""
     rung = _rung("block_scores", impl)
-    nb, inh, ihd, nblk, base_pos = _check_scoring(q, cache, base_pos)
+    base_pos = int_arg("base_pos", base_pos, 0)
+    nb, inh, ihd, nblk = _check_scoring(q, cache, base_pos)
     out = out_array("out", out, (nb, nblk), np.float32)
     if nblk:
         _launch_scores(
@@ -314,13 +346,10 @@ def select_rows(
     """
     rung = _rung("select", impl)
     _check_cfg(cfg)
-    nb, inh, ihd, nblk, base_pos = _check_scoring(q, cache, base_pos)
+    base_pos = int_arg("base_pos", base_pos, 0)
+    nb, inh, ihd, nblk = _check_scoring(q, cache, base_pos, cfg)
     R, kblk = cfg.indexer_compress_ratio, cfg.kblk
-    if nblk > MAX_BLOCKS:
-        raise ValueError(
-            f"cache.blk_keys has {nblk} blocks; the selection kernel takes at most "
-            f"{MAX_BLOCKS} (max_t // R)"
-        )
+    check_select_limits(cfg, nblk)
     if (base_pos + nb) // R > nblk:
         raise ValueError(
             f"base_pos + nb = {base_pos} + {nb} has {(base_pos + nb) // R} complete "

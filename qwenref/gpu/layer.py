@@ -31,8 +31,10 @@ import types
 
 import numpy as np
 
+from .._args import int_arg
 from ..weights import check_layer_args, check_weights
-from ._runtime import check_array, cupy
+from ._runtime import check_array, cupy, type_name
+from .kvcache import KVCache
 
 __all__ = ["FullAttentionLayer", "DecodeGraph", "STAGES"]
 
@@ -67,8 +69,32 @@ def _ops():
         select_rows=indexer.select_rows,
         decode_attention=attention.decode_attention,
         attention_plan=attention.plan,
+        attention_head_dims=attention.HEAD_DIMS,
+        max_splits=attention.MAX_SPLITS,
+        check_select_limits=indexer.check_select_limits,
+        max_ihd=indexer.MAX_IHD,
         gemv=gemv,
     )
+
+
+def _check_kernel_limits(cfg):
+    """The config's sizes the kernels take, checked when a layer is built so that no step stops
+    half-way on them (ValueError naming the cfg field): head_dim one of the attention kernels'
+    HEAD_DIMS, indexer_head_dim <= the indexer's MAX_IHD, and a row's indexer queries within
+    the scoring kernel's shared memory."""
+    op = _ops()
+    if cfg.head_dim not in op.attention_head_dims:
+        raise ValueError(
+            f"cfg.head_dim must be one of {op.attention_head_dims} (the attention kernels'), "
+            f"got {cfg.head_dim}"
+        )
+    if cfg.has_indexer:
+        if cfg.indexer_head_dim > op.max_ihd:
+            raise ValueError(
+                f"cfg.indexer_head_dim must be <= {op.max_ihd} (the indexer kernels'), "
+                f"got {cfg.indexer_head_dim}"
+            )
+        op.check_select_limits(cfg, 0)
 
 
 class _Scratch:
@@ -116,12 +142,16 @@ class FullAttentionLayer:
     """
 
     def __init__(self, cfg, w, sparse_v=0.0, n_splits=None, weight_format="f32"):
-        cp = cupy()
         check_layer_args(weight_format, sparse_v, n_splits)
+        if n_splits is not None and n_splits > _ops().max_splits:
+            raise ValueError(f"n_splits must be <= {_ops().max_splits}, got {n_splits}")
+        has_mlp = check_weights(cfg, w, weight_format)
+        _check_kernel_limits(cfg)
+        cp = cupy()
         self.cfg, self.sparse_v, self.n_splits = cfg, float(sparse_v), n_splits
         self.weight_format = weight_format
         c = cfg
-        self.has_mlp = check_weights(c, w, weight_format)
+        self.has_mlp = has_mlp
 
         def f32(name):
             return np.ascontiguousarray(np.asarray(w[name], dtype=np.float32))
@@ -190,20 +220,51 @@ class FullAttentionLayer:
         return int(sum(nbytes(w) for w in ws))
 
     # ---- the step ----------------------------------------------------------------------------
-    def _check(self, x, base_pos, cache):
+    def _check(self, x, base_pos, cache, out=None, trace=None, on_stage=None):
+        """Every argument of a step, checked before anything is launched or written: the plain
+        ones first (no GPU needed), then x, the cache's room and out. -> nb."""
         c = self.cfg
-        check_array("x", x, dtype="float32", ndim=2)
-        if x.shape[1] != c.hidden_size or x.shape[0] < 1:
-            raise ValueError(f"x must have shape [nb, {c.hidden_size}], got {x.shape}")
-        if (
-            isinstance(base_pos, bool)
-            or not isinstance(base_pos, (int, np.integer))
-            or base_pos != len(cache)
-        ):
-            raise ValueError(f"base_pos ({base_pos}) must equal len(cache) ({len(cache)})")
+        base_pos = int_arg("base_pos", base_pos, 0)
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a qwenref.gpu.KVCache, got {type_name(cache)}")
         if cache.cfg != c:
             raise ValueError("cache was built for a different AttnConfig than this layer")
-        return x.shape[0]
+        if base_pos != len(cache):
+            raise ValueError(f"base_pos ({base_pos}) must equal len(cache) ({len(cache)})")
+        if trace is not None and not isinstance(trace, dict):
+            raise TypeError(f"trace must be None or a dict, got {type(trace).__name__}")
+        if on_stage is not None and not callable(on_stage):
+            raise TypeError(f"on_stage must be None or callable, got {type(on_stage).__name__}")
+        check_array("x", x, dtype="float32", ndim=2)
+        nb = x.shape[0]
+        if x.shape[1] != c.hidden_size or nb < 1:
+            raise ValueError(f"x must have shape [nb, {c.hidden_size}], got {x.shape}")
+        if len(cache) + nb > cache.max_t:
+            raise ValueError(
+                f"x: {nb} rows after the {len(cache)} stored exceed the cache's max_t={cache.max_t}"
+            )
+        if out is not None:
+            check_array("out", out, dtype="float32", shape=(nb, c.hidden_size))
+        return nb
+
+    def _plan(self, cache, nb, base_pos):
+        """The step's attention plan and the selection's limits, checked before the step
+        appends anything (host work: shapes and kernel attributes, no device read-back):
+        whether rows may be selective is known from base_pos and nb alone."""
+        op, c = _ops(), self.cfg
+        selective = self._selective(base_pos, nb)
+        if selective:
+            op.check_select_limits(c, cache.blk_keys.shape[0])
+        width = c.kblk * c.indexer_compress_ratio + c.indexer_compress_ratio if selective else 0
+        return op.attention_plan(
+            cache,
+            nb,
+            base_pos=base_pos,
+            sparse_v=self.sparse_v,
+            selective=selective,
+            width=width,
+            n_splits=self.n_splits,
+        )
 
     def _scratch_for(self, nb):
         s = self._scratch.get(nb)
@@ -229,12 +290,12 @@ class FullAttentionLayer:
         """(weights, scales) as gemv._launch takes them."""
         return w if self.weight_format == "q8" else (w, None)
 
-    def _step(self, x, base_pos, cache, y, s, mark=None, capturing=False, trace=None):
-        """One decode step into y using scratch s (positions already in s.pos). Launches only:
-        no allocation of its own, no host synchronisation. mark(name) is called with "start"
-        before the first launch and after each stage's launches (forward's on_stage); trace, a
-        dict, receives the selection and the attention plan (host objects and device arrays:
-        filling it reads nothing back)."""
+    def _step(self, x, base_pos, cache, y, s, plan, mark=None, capturing=False, trace=None):
+        """One decode step into y using scratch s (positions already in s.pos) and the attention
+        plan from _plan. Launches only: no allocation of its own, no host synchronisation.
+        mark(name) is called with "start" before the first launch and after each stage's
+        launches (forward's on_stage); trace, a dict, receives the selection and the attention
+        plan (host objects and device arrays: filling it reads nothing back)."""
         op, c = _ops(), self.cfg
         mark = mark or (lambda name: None)
         mark("start")
@@ -290,17 +351,6 @@ class FullAttentionLayer:
             if self._selective(base_pos, nb):
                 sel_idx, sel_n, _ = op.select_rows(s.iq, cache, base_pos, c)
                 mark("select")
-        # the plan is host work (shapes, kernel attributes): whether rows may be selective is
-        # known without reading sel_n back, so no synchronisation here
-        plan = op.attention_plan(
-            cache,
-            nb,
-            base_pos=base_pos,
-            sparse_v=self.sparse_v,
-            selective=sel_idx is not None,
-            width=0 if sel_idx is None else sel_idx.shape[1],
-            n_splits=self.n_splits,
-        )
         if trace is not None:
             trace["selection"] = None if sel_idx is None else (sel_idx, sel_n)
             trace["attention_plan"] = plan
@@ -361,12 +411,11 @@ class FullAttentionLayer:
         stage's launches are queued (qwenref.timing.stage_us records an event at each).
         """
         cp = cupy()
-        nb = self._check(x, base_pos, cache)
+        nb = self._check(x, base_pos, cache, out=out, trace=trace, on_stage=on_stage)
+        plan = self._plan(cache, nb, base_pos)
         y = cp.empty((nb, self.cfg.hidden_size), cp.float32) if out is None else out
-        if out is not None:
-            check_array("out", out, dtype="float32", shape=(nb, self.cfg.hidden_size))
         s = self._prepare(base_pos, nb)
-        return self._step(x, base_pos, cache, y, s, mark=on_stage, trace=trace)
+        return self._step(x, base_pos, cache, y, s, plan, mark=on_stage, trace=trace)
 
     def capture(self, x, base_pos, cache):
         """Capture one decode step (nb = len(x) rows at base_pos) as a CUDA graph.
@@ -383,6 +432,7 @@ class FullAttentionLayer:
         """
         cp = cupy()
         nb = self._check(x, base_pos, cache)
+        plan = self._plan(cache, nb, base_pos)
         s = _Scratch(self, nb)  # the graph's own buffers
         self._prepare(base_pos, nb, s)
         g_x = cp.array(x, copy=True)
@@ -393,7 +443,7 @@ class FullAttentionLayer:
         with stream, cp.cuda.using_allocator(pool.malloc):  # pool that lives with the graph
             stream.begin_capture()
             try:
-                self._step(g_x, base_pos, cache, g_y, s, capturing=True)
+                self._step(g_x, base_pos, cache, g_y, s, plan, capturing=True)
             except Exception as e:
                 try:
                     stream.end_capture()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._args import bool_arg, finite_float_arg
 from ._runtime import check_array, kernel, out_array, resolve_rung
 
 __all__ = ["rms_norm", "add_rms_norm", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
@@ -54,24 +55,28 @@ def _block(n):
     return min(256, max(32, -(-((n + 3) // 4) // 32) * 32))
 
 
-def _check(x, weight, eps):
+def _scalars(eps, zero_centered):
+    """eps (a finite float >= 0) and zero_centered (a bool), checked before any array."""
+    return finite_float_arg("eps", eps, 0.0), bool_arg("zero_centered", zero_centered)
+
+
+def _check(x, weight):
     check_array("x", x, np.float32)
     if x.ndim < 1 or x.shape[-1] == 0:
         raise ValueError(f"x must have a non-empty last axis, got shape {x.shape}")
     check_array("weight", weight, np.float32, (x.shape[-1],))
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps!r}")
 
 
 def rms_norm(x, weight, eps=1e-6, zero_centered=True, out=None, impl=None):
     """y = x / sqrt(mean(x**2, -1) + eps) * (1 + weight)  (weight alone if not zero_centered).
 
-    x: cupy float32 [..., n] (C-contiguous); weight: float32 [n]; out: optional float32 like x
-    (may be x itself); impl: a rung of RUNGS["rms_norm"] (None: the default, one block per
-    row). Returns out. One launch.
+    x: cupy float32 [..., n] (C-contiguous); weight: float32 [n]; eps: a finite float >= 0;
+    zero_centered: a bool; out: optional float32 like x (may be x itself); impl: a rung of
+    RUNGS["rms_norm"] (None: the default, one block per row). Returns out. One launch.
     """
     rung = _rung("rms_norm", impl)
-    _check(x, weight, eps)
+    eps, zero_centered = _scalars(eps, zero_centered)
+    _check(x, weight)
     n = x.shape[-1]
     out = out_array("out", out, x.shape, np.float32)
     rows = x.size // n
@@ -88,7 +93,7 @@ def rms_norm(x, weight, eps=1e-6, zero_centered=True, out=None, impl=None):
                 np.int64(rows),
                 np.int32(n),
                 np.float32(eps),
-                np.int32(bool(zero_centered)),
+                np.int32(zero_centered),
             ),
         )
     return out
@@ -104,7 +109,8 @@ def add_rms_norm(
     (None: the default). One launch writes both.
     """
     rung = _rung("add_rms_norm", impl)
-    _check(x, weight, eps)
+    eps, zero_centered = _scalars(eps, zero_centered)
+    _check(x, weight)
     check_array("residual", residual, np.float32, x.shape)
     n = x.shape[-1]
     out = out_array("out", out, x.shape, np.float32)
@@ -125,7 +131,7 @@ def add_rms_norm(
                 np.int64(rows),
                 np.int32(n),
                 np.float32(eps),
-                np.int32(bool(zero_centered)),
+                np.int32(zero_centered),
             ),
         )
     return out, sum_out

@@ -22,6 +22,7 @@ import functools
 
 import numpy as np
 
+from .._args import finite_float_arg, int_arg
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 
 __all__ = ["qk_norm_rope", "head_norm_rope", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
@@ -102,25 +103,24 @@ def _resident_blocks(kern, threads, smem):
     return sms * max(1, per_sm)
 
 
-def _check_rotary(rotary_dim, theta, hd):
-    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, (int, np.integer)):
-        raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
-    if rotary_dim < 0 or rotary_dim % 2 or rotary_dim > hd:
-        raise ValueError(
-            f"rotary_dim must be even and in [0, {hd}] (the head dim), got {rotary_dim}"
-        )
-    if not theta > 0:
-        raise ValueError(f"theta must be > 0, got {theta!r}")
+def _scalars(rotary_dim, theta, eps):
+    """(rotary_dim, theta, eps) checked before any array: rotary_dim an even int >= 0, theta a
+    finite float > 0, eps a finite float >= 0 (rotary_dim <= head dim: _check_rotary_fits)."""
+    rotary_dim = int_arg("rotary_dim", rotary_dim, 0)
+    if rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be even, got {rotary_dim}")
+    theta = finite_float_arg("theta", theta, 0.0, strict=True)
+    return rotary_dim, theta, finite_float_arg("eps", eps, 0.0)
+
+
+def _check_rotary_fits(rotary_dim, hd):
+    if rotary_dim > hd:
+        raise ValueError(f"rotary_dim must be <= {hd} (the head dim), got {rotary_dim}")
 
 
 def _check_head_dim(name, hd):
     if not 1 <= hd <= _MAX_HD:
         raise ValueError(f"{name}: head dim must be in [1, {_MAX_HD}], got {hd}")
-
-
-def _check_eps(eps):
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps!r}")
 
 
 def qk_norm_rope(
@@ -144,6 +144,7 @@ def qk_norm_rope(
     k_out [nb, nkv, hd]) float32.
     """
     rung = _rung("qk_norm_rope", impl)
+    rotary_dim, theta, eps = _scalars(rotary_dim, theta, eps)
     check_array("qg", qg, np.float32, ndim=3)
     check_array("k", k, np.float32, ndim=3)
     nb, nh, two_hd = qg.shape
@@ -158,8 +159,7 @@ def qk_norm_rope(
     check_array("q_weight", q_weight, np.float32, (hd,))
     check_array("k_weight", k_weight, np.float32, (hd,))
     check_array("positions", positions, np.int32, (nb,))
-    _check_rotary(rotary_dim, theta, hd)
-    _check_eps(eps)
+    _check_rotary_fits(rotary_dim, hd)
     q_out = out_array("q_out", q_out, (nb, nh, hd), np.float32)
     k_out = out_array("k_out", k_out, (nb, nkv, hd), np.float32)
     heads = nb * (nh + nkv)
@@ -205,25 +205,13 @@ def head_norm_rope(x, weight, positions, rotary_dim, theta, eps=1e-6, out=None, 
     default). Returns out: float32 [nb, nheads, hd], C-contiguous.
     """
     rung = _rung("head_norm_rope", impl)
-    cp = cupy()
-    if not isinstance(x, cp.ndarray):
-        raise TypeError(f"x must be a cupy.ndarray on the GPU, got {type(x).__name__}")
-    if x.device.id != cp.cuda.Device().id:
-        raise ValueError(f"x is on device {x.device.id}, expected {cp.cuda.Device().id}")
-    if x.dtype != np.float32:
-        raise TypeError(f"x must have dtype float32, got {x.dtype}")
-    if x.ndim != 3:
-        raise ValueError(f"x must be [nb, nheads, hd], got shape {x.shape}")
+    rotary_dim, theta, eps = _scalars(rotary_dim, theta, eps)
+    check_array("x", x, np.float32, ndim=3, contiguous="last")
     nb, nheads, hd = x.shape
-    if hd > 1 and x.strides[2] != 4:
-        raise ValueError(f"x's last axis must be contiguous, got strides {x.strides}")
-    if x.strides[0] % 4 or x.strides[1] % 4:
-        raise ValueError(f"x's strides must be whole float32 elements, got {x.strides}")
     _check_head_dim("x", hd)
     check_array("weight", weight, np.float32, (hd,))
     check_array("positions", positions, np.int32, (nb,))
-    _check_rotary(rotary_dim, theta, hd)
-    _check_eps(eps)
+    _check_rotary_fits(rotary_dim, hd)
     out = out_array("out", out, (nb, nheads, hd), np.float32)
     heads = nb * nheads
     args = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._args import int_arg
 from ._runtime import check_array, cupy, kernel, out_array
 
 __all__ = ["stream_read", "grid_size", "xor_words", "checked_buffers"]
@@ -49,7 +50,10 @@ def xor_words(a):
 def checked_buffers(nbytes, n):
     """n random buffers of nbytes (rounded down to 16) with their stream_read outputs, [(buf,
     out), ...], each launch checked to have read every byte (RuntimeError otherwise): the inputs
-    of a floor timing that rotates over them (n copies > the L2 keep the reads in HBM)."""
+    of a floor timing that rotates over them (n copies > the L2 keep the reads in HBM).
+    nbytes: an int >= 16; n: an int >= 1."""
+    nbytes = int_arg("nbytes", nbytes, 16)
+    n = int_arg("n", n, 1)
     cp = cupy()
     pairs = []
     for _ in range(n):

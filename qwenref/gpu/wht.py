@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._args import bool_arg
 from ._runtime import check_array, kernel, out_array, resolve_rung
 
 __all__ = ["wht", "WHT_SIZES", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
@@ -49,11 +50,12 @@ def _rows_per_warp(n):
 def wht(x, inverse=False, out=None, impl=None):
     """x @ H_n.T / sqrt(n) over the last axis; self-inverse (``inverse`` gives the same result).
 
-    x: cupy float32 [..., n], n in 16, 32, ..., 1024 (else ValueError); out: optional float32
-    like x (may be x itself); impl: a rung of RUNGS["wht"] (None: the default). Returns out.
-    One launch for all rows.
+    x: cupy float32 [..., n], n in 16, 32, ..., 1024 (else ValueError); inverse: a bool; out:
+    optional float32 like x (may be x itself); impl: a rung of RUNGS["wht"] (None: the
+    default). Returns out. One launch for all rows.
     """
     rung = _rung("wht", impl)
+    bool_arg("inverse", inverse)
     check_array("x", x, np.float32)
     if x.ndim < 1 or x.shape[-1] not in WHT_SIZES:
         raise ValueError(f"x's last axis must be a power of two in 16..1024, got shape {x.shape}")
