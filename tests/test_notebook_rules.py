@@ -14,8 +14,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PENDING = {
     "00_overview.ipynb",
     "01_norm.ipynb",
-    "02_rope.ipynb",
-    "03_wht.ipynb",
     "04_kvcache_q8.ipynb",
     "05_kvcache_turbo.ipynb",
     "06_indexer.ipynb",
