@@ -164,12 +164,18 @@ def _tag(r):
 
 
 def _series(runs):
-    """{(label, tag, rung): runs sorted by bytes}: one line per rung and cache kind / weights."""
-    out = {}
+    """{(label, tag, rung): runs sorted by bytes}: one line per rung and cache kind / weights.
+    A rung whose kernel name varies with the size (a variant per shape) is labelled by the
+    names' common stem and a *."""
+    groups = {}
     for r in sorted(runs, key=lambda r: (r.get("rung", 0), r.get("bytes", 0))):
-        tag, base = _tag(r), str(r.get("kernel"))
-        label = f"rung {r.get('rung')}: {base}" + (f" [{tag}]" if tag and tag not in base else "")
-        out.setdefault((label, tag, r.get("rung", 0)), []).append(r)
+        groups.setdefault((_tag(r), r.get("rung", 0)), []).append(r)
+    out = {}
+    for (tag, rung), rs in groups.items():
+        names = sorted({str(r.get("kernel")) for r in rs})
+        base = names[0] if len(names) == 1 else os.path.commonprefix(names).rstrip("_") + "*"
+        label = f"rung {rung}: {base}" + (f" [{tag}]" if tag and tag not in base else "")
+        out[(label, tag, rung)] = rs
     return out
 
 
