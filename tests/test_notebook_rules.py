@@ -13,7 +13,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # set in the commit that rewrites it
 PENDING = {
     "00_overview.ipynb",
-    "01_norm.ipynb",
     "02_rope.ipynb",
     "03_wht.ipynb",
     "04_kvcache_q8.ipynb",
