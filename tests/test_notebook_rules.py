@@ -12,7 +12,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # notebooks not yet rewritten to these rules (their tests may fail), each leaves this
 # set in the commit that rewrites it
 PENDING = {
-    "00_overview.ipynb",
     "02_rope.ipynb",
     "03_wht.ipynb",
     "04_kvcache_q8.ipynb",
