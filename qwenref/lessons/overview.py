@@ -18,7 +18,6 @@ __all__ = [
     "ladder_summary",
     "print_ladder_summary",
     "plot_ladder_summary",
-    "cache_bytes_per_token",
 ]
 
 # every kernel family of the ladder, in the order of the decode step
@@ -274,21 +273,6 @@ def plot_cache_costs(positions, errors, masks, bytes_per_token, block_tokens):
     a2.set_title("indexer: kept blocks (dark) per step")
     fig.tight_layout()
     return fig
-
-
-def cache_bytes_per_token(kind, nkv, head_dim):
-    """Bytes one token adds to the cache (K and V, every kv head) for f32, q8 and turbo4,
-    from the formats' definitions: q8 = Q8_0 (groups of 32 int8 values + one fp16 scale),
-    turbo4 = 4-bit codes in groups of 16 + one fp16 scale. The exercise's solution."""
-    if kind == "f32":
-        per_head = 4 * head_dim
-    elif kind == "q8":
-        per_head = head_dim + 2 * (head_dim // 32)
-    elif kind == "turbo4":
-        per_head = head_dim // 2 + 2 * (head_dim // 16)
-    else:
-        raise ValueError(f"kind must be 'f32', 'q8' or 'turbo4', got {kind!r}")
-    return 2 * nkv * per_head  # K and V
 
 
 # ---- the copy rate and the read floor ----------------------------------------------------------
