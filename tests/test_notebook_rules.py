@@ -12,8 +12,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # notebooks not yet rewritten to these rules (their tests may fail), each leaves this
 # set in the commit that rewrites it
 PENDING = {
-    "00_overview.ipynb",
-    "01_norm.ipynb",
     "04_kvcache_q8.ipynb",
     "05_kvcache_turbo.ipynb",
     "07_attention_split_t.ipynb",

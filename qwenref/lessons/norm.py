@@ -1,0 +1,346 @@
+"""Helpers of notebooks/01_norm.ipynb: float16 and float64 versions of RMSNorm to compare the
+golden one with, an emulation of the v0 kernel's order of operations, the precision sweeps
+and their figure, errors counted in float32 ulps, the recorded GPU error samples, and a cut
+of a kernel excerpt between two lines."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import golden, nbutil
+
+__all__ = [
+    "F16_MAX",
+    "ms_half_naive",
+    "ms_half_tree",
+    "rms_norm_half",
+    "rms_norm_f64",
+    "ss_fma_chain",
+    "rms_norm_v0_emulated",
+    "overflow_threshold",
+    "precision_sweeps",
+    "plot_precision_sweeps",
+    "plot_weight_decay",
+    "ulps",
+    "ULP_BINS",
+    "plot_ulps",
+    "recorded_samples",
+    "lines_between",
+    "show_lines",
+    "l2_bytes",
+    "ladder_takeaway",
+]
+
+F16_MAX = float(np.finfo(np.float16).max)  # 65504; a sum that reaches 65520 rounds to inf
+
+
+def ms_half_naive(x):
+    """mean(x²) as a naive half-precision kernel computes it: square in float16, add left to
+    right in float16 (one running sum per row), divide by n."""
+    with np.errstate(over="ignore"):  # the overflow is the point: it shows as inf
+        sq = np.square(np.asarray(x).astype(np.float16))  # [rows, n]; |x| >= 256 -> inf
+        return np.cumsum(sq, axis=-1, dtype=np.float16)[..., -1] / np.float16(sq.shape[-1])
+
+
+def ms_half_tree(x):
+    """mean(x²) with float16 squares added pairwise (a tree, as a block reduction adds): the
+    most accurate order float16 allows, so it overflows only once the true sum does."""
+    with np.errstate(over="ignore"):
+        sq = np.square(np.asarray(x).astype(np.float16))
+        n = sq.shape[-1]
+        width = 1 << (n - 1).bit_length()
+        sq = np.concatenate([sq, np.zeros((*sq.shape[:-1], width - n), np.float16)], -1)
+        while sq.shape[-1] > 1:
+            sq = sq[..., 0::2] + sq[..., 1::2]  # each add rounded to float16
+        return sq[..., 0] / np.float16(n)
+
+
+def rms_norm_half(x, w, ms_fn=ms_half_naive, eps=1e-6):
+    """rms_norm with the mean of squares from ms_fn, the rest in float32. A mean that
+    overflowed (inf) gives a row of zeros."""
+    ms = np.asarray(ms_fn(x)).astype(np.float32)[..., None]  # [rows, 1]
+    return (x / np.sqrt(ms + np.float32(eps)) * (1 + w)).astype(np.float32)
+
+
+def rms_norm_f64(x, w, eps=1e-6):
+    """The truth: the same formula in float64."""
+    x64 = np.asarray(x, np.float64)
+    ms = np.mean(x64**2, axis=-1, keepdims=True)
+    return x64 / np.sqrt(ms + eps) * (1 + np.asarray(w, np.float64))
+
+
+def ss_fma_chain(x):
+    """sum(x²) per row as the v0 kernel adds it: one float32 chain ss = fma(x_i, x_i, ss),
+    i = 0 .. n-1. x_i² is exact in float64 and the float64 sum is rounded once to float32,
+    so this equals the fused multiply-add except in rare double-rounding ties."""
+    x64 = np.asarray(x, np.float32).astype(np.float64)
+    ss = np.zeros(x64.shape[:-1], np.float32)
+    for i in range(x64.shape[-1]):
+        ss = (ss + x64[..., i] * x64[..., i]).astype(np.float32)
+    return ss
+
+
+def rms_norm_v0_emulated(x, w, eps=1e-6):
+    """What rms_norm_v0 computes, in numpy: the FMA chain, then r = 1 / sqrt(ss / n + eps)
+    and (x · r) · (1 + w), each step one IEEE float32 operation as in the kernel."""
+    x = np.asarray(x, np.float32)
+    ss = ss_fma_chain(x)[..., None]
+    r = np.float32(1) / np.sqrt(ss / np.float32(x.shape[-1]) + np.float32(eps))
+    return (x * r) * (np.float32(1) + np.asarray(w, np.float32))
+
+
+def overflow_threshold(ms_fn, make_row, lo, hi, steps=40):
+    """The smallest p in [lo, hi] for which ms_fn(make_row(p)) overflows (bisection; the
+    overflow must be monotone in p). ValueError when lo overflows already or hi does not."""
+    if np.isinf(ms_fn(make_row(lo))) or not np.isinf(ms_fn(make_row(hi))):
+        raise ValueError(f"lo must not overflow and hi must: lo={lo!r}, hi={hi!r}")
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if np.isinf(ms_fn(make_row(mid))) else (mid, hi)
+    return hi
+
+
+def _rel_ms(ms, x):
+    truth = np.mean(np.asarray(x, np.float64) ** 2, axis=-1)
+    return np.abs(np.asarray(ms, np.float64) - truth) / truth
+
+
+def precision_sweeps(seed=3, n=5120):
+    """The data of the three precision panels: the mean of squares' error against the row
+    length (float16 sequential, float32 sequential = v0's order, float32 pairwise = golden),
+    and y's error against the row's rms and against four outliers' size, at width n."""
+    rng = np.random.default_rng(seed)
+    sizes = 2 ** np.arange(7, 15)  # 128 .. 16384
+    by_n = {
+        "float16 sequential": [],
+        "float32 sequential (v0's order)": [],
+        "float32 pairwise (golden)": [],
+    }
+    for m in sizes:
+        x = rng.standard_normal((16, m)).astype(np.float32)
+        seq32 = np.cumsum(np.square(x), -1, dtype=np.float32)[:, -1] / np.float32(m)
+        by_n["float16 sequential"].append(np.median(_rel_ms(ms_half_naive(x), x)))
+        by_n["float32 sequential (v0's order)"].append(np.median(_rel_ms(seq32, x)))
+        pair32 = np.mean(np.square(x), -1, dtype=np.float32)
+        by_n["float32 pairwise (golden)"].append(np.median(_rel_ms(pair32, x)))
+    base = rng.standard_normal(n).astype(np.float32)
+    base /= np.float32(np.sqrt(np.mean(base.astype(np.float64) ** 2)))  # rms 1
+    w = (0.1 * rng.standard_normal(n)).astype(np.float32)
+    rmss = np.linspace(1.0, 5.0, 33)
+    amps = np.array([10, 30, 60, 90, 110, 120, 125, 130, 160, 200, 255, 256, 300, 1000])
+    by_rms = _y_errors(rmss, lambda s: base * np.float32(s), w)
+    outliers = [17, 1234, 2600, 4999]
+
+    def with_outliers(a):
+        x = base.copy()
+        x[outliers] = a
+        return x
+
+    by_amp = _y_errors(amps, with_outliers, w)
+    return dict(sizes=sizes, by_n=by_n, rmss=rmss, by_rms=by_rms, amps=amps, by_amp=by_amp)
+
+
+def _y_errors(params, make_row, w):
+    out = {"float16 sequential": [], "float16 pairwise": [], "float32 (golden)": []}
+    for p in params:
+        x = make_row(p)[None, :]
+        ref = rms_norm_f64(x, w)
+        out["float16 sequential"].append(nbutil.relerr(rms_norm_half(x, w, ms_half_naive), ref))
+        out["float16 pairwise"].append(nbutil.relerr(rms_norm_half(x, w, ms_half_tree), ref))
+        out["float32 (golden)"].append(nbutil.relerr(golden.rms_norm(x, w), ref))
+    return out
+
+
+def _mark(ax, x, text, color="0.4"):
+    """A dotted vertical line at x, named in the legend (clear of the data and the ticks)."""
+    ax.axvline(x, color=color, ls=":", lw=1.2, label=text)
+
+
+def plot_precision_sweeps(d, marks):
+    """Three panels from precision_sweeps(); marks = {"n": 5120, "rms": .., "sum": ..,
+    "square": ..}: where the derivation says float16 overflows (the sum, the squares)."""
+    import matplotlib.pyplot as plt
+
+    fig, axs = plt.subplots(1, 3, figsize=(13, 4.0))
+    for k, v in d["by_n"].items():
+        axs[0].loglog(d["sizes"], np.maximum(v, 1e-10), "o-", ms=4, label=k)
+    _mark(axs[0], marks["n"], f"n = {marks['n']}")
+    axs[0].set(xlabel="row length n", ylabel="median relative error of mean(x²)")
+    axs[0].set_title("swamping: error against row length", fontsize=10)
+    for ax, key, xs, xl in (
+        (axs[1], "by_rms", d["rmss"], f"rms of the row (n = {marks['n']}, no outliers)"),
+        (axs[2], "by_amp", d["amps"], "size of 4 outliers (row of rms 1)"),
+    ):
+        for (k, v), st in zip(d[key].items(), ("o-", "s--", "^-")):
+            ax.semilogy(xs, np.maximum(v, 1e-10), st, ms=3.5, label=k)
+        ax.set(xlabel=xl, ylabel="relative error of y vs float64")
+    _mark(axs[1], marks["rms"], f"sum = 65504: rms = {marks['rms']:.2f}")
+    axs[1].set_title("the sum overflows: error against rms", fontsize=10)
+    _mark(axs[2], marks["sum"], f"sum = 65504: outliers of {marks['sum']:.1f}")
+    _mark(axs[2], marks["square"], f"x² = 65504: x = {marks['square']:.1f}", "tab:red")
+    axs[2].set_xscale("log")
+    axs[2].set_title("outliers: the sum overflows first", fontsize=10)
+    # past a threshold both float16 curves lie on 1, one over the other: the legend says so
+    same = "past the black dotted line both float16\nsums give 1 (the row is zeroed): identical"
+    for ax, title in zip(axs, (None, same, same)):
+        ax.legend(
+            fontsize=7,
+            title=title,
+            title_fontsize=7,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.2),
+            frameon=False,
+        )
+    fig.tight_layout()
+    return fig
+
+
+def plot_weight_decay(ax=None, lr=1e-3, wd=0.1, steps=30000):
+    """AdamW's decoupled decay alone (zero gradient, p <- p - lr · wd · p) on two learned
+    scales, stored plainly (g) and zero-centred (1 + w)."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6.5, 3.2))[1]
+    t = np.arange(0, steps + 1, 500)
+    decay = (1 - lr * wd) ** t
+    for scale0, c in ((1.3, "tab:blue"), (0.7, "tab:orange")):
+        ax.plot(t, scale0 * decay, c=c, ls="--", label=f"plain g, g0 = {scale0}: scale = g")
+        label = f"zero-centred, w0 = {scale0 - 1:+.1f}: scale = 1 + w"
+        ax.plot(t, 1 + (scale0 - 1) * decay, c=c, label=label)
+    ax.axhline(1, c="k", lw=0.5)
+    ax.set_xlabel(f"optimizer steps (lr {lr:g}, weight decay {wd:g}, zero gradient)")
+    ax.set_ylabel("effective channel scale")
+    ax.set_title("weight decay pulls a plain scale to 0, a zero-centred one to 1")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return ax
+
+
+def ulps(a, ref):
+    """|a − ref| in units of the float32 spacing at ref (ref may be float64): scale-free, so
+    errors of inputs of different sizes compare."""
+    ref = np.asarray(ref, np.float64)
+    step = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+    return np.abs(np.asarray(a, np.float64) - ref) / step
+
+
+ULP_BINS = np.array([0, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, np.inf])
+
+
+def plot_ulps(series, ax=None, title="", note=""):
+    """Grouped bars: the share of elements whose error falls in each ulp bin, per series
+    ({label: ulps array}); each label carries its maximum."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(9, 3.4))[1]
+    names = [f"{a:g}–{b:g}" for a, b in zip(ULP_BINS[:-2], ULP_BINS[1:-1])] + [
+        f"≥ {ULP_BINS[-2]:g}"
+    ]
+    x = np.arange(len(names))
+    width = 0.8 / max(len(series), 1)
+    for i, (label, u) in enumerate(series.items()):
+        u = np.ravel(u)
+        share = np.histogram(u, bins=ULP_BINS)[0] / max(u.size, 1)
+        ax.bar(
+            x + (i - (len(series) - 1) / 2) * width,
+            share,
+            width,
+            label=f"{label} (max {u.max():.1f})",
+        )
+    ax.set_xticks(x, names, fontsize=8)
+    ax.set_xlabel("error in float32 ulps of the reference")
+    ax.set_ylabel("share of elements")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    if note:
+        ax.figure.text(0.01, -0.06, note, fontsize=7, color="0.35", va="top")
+    return ax
+
+
+def recorded_samples(stage, kernels):
+    """{kernel: (golden, gpu)} of the bench's recorded sample pairs (results/*.npz, keyed
+    "<i>|<stage>|<kernel>") for those kernels of the stage; the runs of one kernel at several
+    sizes are concatenated. Empty when nothing was recorded."""
+    s = nbutil.load_samples()
+    out = {}
+    for key in s.get("run_keys", []):
+        i, st, kernel = str(key).split("|", 2)
+        if st == stage and kernel in kernels and f"{i}_golden" in s:
+            g, d = out.get(kernel, (np.empty(0, np.float32), np.empty(0, np.float32)))
+            out[kernel] = (
+                np.concatenate([g, s[f"{i}_golden"]]),
+                np.concatenate([d, s[f"{i}_gpu"]]),
+            )
+    return out
+
+
+def lines_between(text, first, last):
+    """The lines of text from the first one containing `first` through the next one
+    containing `last` (a few lines of a kernel excerpt). ValueError naming what is missing."""
+    lines = text.split("\n")
+    start = next((i for i, line in enumerate(lines) if first in line), None)
+    if start is None:
+        raise ValueError(f"first: no line contains {first!r}")
+    end = next((i for i in range(start, len(lines)) if last in lines[i]), None)
+    if end is None:
+        raise ValueError(f"last: no line after {first!r} contains {last!r}")
+    return "\n".join(lines[start : end + 1])
+
+
+def show_lines(text, title, first, last):
+    """Display lines_between(text, first, last) under a title, highlighted like
+    nbutil.show_excerpt (printed outside a notebook)."""
+    from ..excerpts import Excerpts
+
+    part = Excerpts([(f"// {title}", lines_between(text, first, last))])
+    try:
+        from IPython.display import display
+    except ImportError:
+        print(part)
+        return
+    display(part)
+
+
+def l2_bytes(live=None):
+    """The L2 size of the device the ladder's numbers come from (None when not recorded)."""
+    if nbutil.live_wanted(live):
+        from .. import timing
+
+        return timing.l2_bytes()
+    return (nbutil.load_results() or {}).get("l2_bytes")
+
+
+def ladder_takeaway(recs, l2=None):
+    """Lines for the take-away: at each size, the fastest rung's time, % of copy, % of floor
+    (where recorded) and speed-up over v0; then any run above 100% of copy or of floor, with
+    the likely reason when its bytes fit in the L2 (the norm ladder times one input set again
+    and again, while its floor rotates over copies larger than the L2)."""
+    lines = []
+    for size, best in nbutil.best_rungs(recs).items():
+        v0 = next(
+            (r for r in recs.runs if r.get("rung") == 0 and r.get("shape") == best.get("shape")),
+            None,
+        )
+        pf = best.get("pct_of_floor")
+        lines.append(
+            f"{best.get('family')} at {size}: fastest {best['kernel']} "
+            f"{best['median_us']:.1f} us = {best['pct_of_copy']:.0f}% of copy"
+            + (f", {pf:.0f}% of floor" if pf is not None else ", floor not recorded")
+            + (f", {v0['median_us'] / best['median_us']:.0f}x v0" if v0 else "")
+        )
+    for r in recs.runs:
+        over = [
+            f"{r[k]:.0f}% of {what}"
+            for k, what in (("pct_of_copy", "copy"), ("pct_of_floor", "floor"))
+            if (r.get(k) or 0) > 100
+        ]
+        if over:
+            why = (
+                f": its {r['bytes'] / 1e6:.0f} MB fit in the {l2 / 1e6:.0f} MB L2 and the "
+                "ladder reads the same input every call, so part of it can come from the L2"
+                if l2 and r["bytes"] < l2
+                else ""
+            )
+            lines.append(
+                f"{r['kernel']} at {r['bytes'] / 1e6:.1f} MB is above {' and '.join(over)}{why}"
+            )
+    return lines

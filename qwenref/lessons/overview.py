@@ -1,0 +1,414 @@
+"""Helpers of notebooks/00_overview.ipynb: the map of one decode step, a sketch of queued
+timing, the figure of what each cache kind costs a decode, the read floor's table and the
+ladder's summary (every kernel family's v0 against its fastest rung), read from records."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import nbutil
+
+__all__ = [
+    "FAMILIES",
+    "draw_decode_step",
+    "draw_queued_timing",
+    "plot_cache_costs",
+    "floor_runs",
+    "print_floor_runs",
+    "ladder_summary",
+    "print_ladder_summary",
+    "plot_ladder_summary",
+]
+
+# every kernel family of the ladder, in the order of the decode step
+FAMILIES = (
+    "rms_norm",
+    "add_rms_norm",
+    "qk_norm_rope",
+    "wht",
+    "q8_append",
+    "turbo_append",
+    "update_block_keys",
+    "block_scores",
+    "select",
+    "attention",
+    "gemv",
+)
+
+# ---- the map of one decode step --------------------------------------------------------------
+
+_COLOURS = {
+    "norm": "#cfe2f3",
+    "gemv": "#eeeeee",
+    "rope": "#d9ead3",
+    "wht": "#fff2cc",
+    "kvcache": "#fce5cd",
+    "indexer": "#ead1dc",
+    "attention": "#f4cccc",
+    "io": "#ffffff",
+}
+_WIDE, _NARROW, _HB, _SIDE = 4.8, 3.1, 0.74, 3.9
+# key: (x centre, y centre, width, text, stage)
+_BOXES = {
+    "x": (0, 11.0, _WIDE, "x  [nb, H]", "io"),
+    "n1": (0, 10.0, _WIDE, "input_layernorm (zero-centred RMSNorm)\nnorm · 01", "norm"),
+    "proj": (
+        0,
+        9.0,
+        _WIDE,
+        "q_proj → [q | gate] per head,  k_proj,  v_proj,\nindexer.qk_proj      gemv · 08",
+        "gemv",
+    ),
+    "q": (-_SIDE, 7.8, _NARROW, "q_norm + RoPE → q\n(gate kept aside)\nrope · 02", "rope"),
+    "k": (0, 7.8, _NARROW, "k_norm + RoPE → k ;   v\nrope · 02", "rope"),
+    "iq": (
+        _SIDE,
+        7.8,
+        _NARROW,
+        "indexer q: norm + RoPE ;\nraw indexer key → cache\nindexer · 06",
+        "indexer",
+    ),
+    "wht": (0, 6.6, _NARROW, "WHT over head_dim\n(turbo kinds only)\nwht · 03", "wht"),
+    "bk": (_SIDE, 6.6, _NARROW, "block keys of completed\nblocks → cache\nindexer · 06", "indexer"),
+    "app": (0, 5.4, _NARROW, "quantize + append K, V\nto the KVCache\nkvcache · 04, 05", "kvcache"),
+    "sel": (
+        _SIDE,
+        5.4,
+        _NARROW,
+        "block scores → keep kblk\nblocks + tail\nindexer · 06",
+        "indexer",
+    ),
+    "att": (
+        0,
+        4.1,
+        _WIDE,
+        "split-T decode attention + LSE combine\n"
+        "over the cache as stored (q rotated if K is)\nattention · 07",
+        "attention",
+    ),
+    "inv": (
+        0,
+        3.0,
+        _WIDE,
+        "inverse WHT (if V rotated),  · sigmoid(gate)\nwht · 03,  attention · 07",
+        "attention",
+    ),
+    "o": (0, 2.0, _WIDE, "o_proj\ngemv · 08", "gemv"),
+    "n2": (
+        0,
+        1.0,
+        _WIDE,
+        "s = x + attn ;  post_attention_layernorm(s)   (fused)\nnorm · 01",
+        "norm",
+    ),
+    "mlp": (0, 0.0, _WIDE, "SwiGLU MLP ;  y = s + mlp(·)\nlayer · 08", "gemv"),
+}
+_STRAIGHT = [
+    ("x", "n1"),
+    ("n1", "proj"),
+    ("proj", "k"),
+    ("k", "wht"),
+    ("wht", "app"),
+    ("app", "att"),
+    ("iq", "bk"),
+    ("bk", "sel"),
+    ("att", "inv"),
+    ("inv", "o"),
+    ("o", "n2"),
+    ("n2", "mlp"),
+    ("proj", "q"),
+    ("proj", "iq"),
+]
+
+
+def _top(k):
+    return _BOXES[k][0], _BOXES[k][1] + _HB / 2 + 0.04
+
+
+def _bottom(k):
+    return _BOXES[k][0], _BOXES[k][1] - _HB / 2 - 0.04
+
+
+def _side(k, sign):
+    bx, by, bw = _BOXES[k][:3]
+    return bx + sign * (bw / 2 + 0.04), by
+
+
+def _path(ax, points, color="k", ls="-"):
+    """A polyline whose last segment ends in an arrowhead."""
+    xs, ys = zip(*points)
+    ax.plot(xs[:-1], ys[:-1], color=color, ls=ls, lw=1)
+    ax.annotate(
+        "",
+        xy=points[-1],
+        xytext=points[-2],
+        arrowprops=dict(arrowstyle="->", lw=1, color=color, ls=ls, shrinkA=0, shrinkB=0),
+    )
+
+
+def draw_decode_step(ax=None):
+    """The data flow of one decode step: a box per stage (stage name · notebook), arrows for
+    the data, the gate (purple) and the residual (blue) drawn where they skip stages."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    ax = ax or plt.subplots(figsize=(12, 10))[1]
+    for bx, by, bw, text, stage in _BOXES.values():
+        box = (bx - bw / 2, by - _HB / 2)
+        ax.add_patch(
+            FancyBboxPatch(
+                box, bw, _HB, boxstyle="round,pad=0.04", fc=_COLOURS[stage], ec="k", lw=0.8
+            )
+        )
+        ax.text(bx, by, text, ha="center", va="center", fontsize=8)
+    for a, b in _STRAIGHT:
+        _path(ax, [_bottom(a), _top(b)])
+    qx, gx, rx = -_SIDE + 0.6, -_SIDE - 0.6, -5.9
+    _path(ax, [(qx, _bottom("q")[1]), (qx, 4.1), _side("att", -1)])  # q down to the attention
+    gate = [(gx, _bottom("q")[1]), (gx, 3.0), _side("inv", -1)]  # the gate skips it
+    _path(ax, gate, color="tab:purple", ls="--")
+    ax.text(
+        gx - 0.12, 5.4, "gate", rotation=90, color="tab:purple", fontsize=8, va="center", ha="right"
+    )
+    ax.text(qx + 0.1, 6.0, "q", fontsize=8)
+    _path(ax, [_bottom("sel"), (_SIDE, 4.1), _side("att", 1)])  # the tokens the indexer keeps
+    ax.text(_SIDE + 0.1, 4.6, "visible tokens", fontsize=7.5)
+    residual = [_side("x", -1), (rx, 11.0), (rx, 1.0), _side("n2", -1)]  # skips the block
+    _path(ax, residual, color="tab:blue", ls=":")
+    ax.text(rx + 0.12, 8.6, "residual x", rotation=90, color="tab:blue", fontsize=8, va="center")
+    ax.set_xlim(-6.3, 6.0)
+    ax.set_ylim(-0.6, 11.6)
+    ax.set_axis_off()
+    ax.set_title("one decode step (stage · notebook)", fontsize=11)
+    return ax
+
+
+# ---- queued timing, sketched -------------------------------------------------------------------
+
+
+def _lane(ax, y, spans, color, labels=True):
+    """Boxes [(start, end, text)] on one lane at height y."""
+    from matplotlib.patches import Rectangle
+
+    for t0, t1, text in spans:
+        ax.add_patch(Rectangle((t0, y - 0.3), t1 - t0, 0.6, fc=color, ec="k", lw=0.6))
+        if labels and text:
+            ax.text((t0 + t1) / 2, y, text, ha="center", va="center", fontsize=7)
+
+
+def draw_queued_timing(host_us=5.0, kernel_us=2.0, calls=4, axes=None):
+    """Two sketches on one time axis (not measured: host_us per launch, kernel_us per kernel).
+    Top, queued: the host queues a spin kernel, event a, the calls and event b; the GPU spins
+    until all of them are queued, then runs the calls back to back, so (b − a) / calls is the
+    GPU's time per call. Bottom, eager: each launch reaches an idle GPU, the host's launch cost
+    sits between the kernels and (b − a) counts it."""
+    import matplotlib.pyplot as plt
+
+    axes = axes if axes is not None else plt.subplots(2, 1, figsize=(10, 3.6), sharex=True)[1]
+    spin_end = host_us * (calls + 2) + 2.0
+    host = [(0, host_us, "spin")] + [
+        (host_us * (i + 1), host_us * (i + 2), f"launch {i + 1}") for i in range(calls)
+    ]
+    gpu = [(0.5, spin_end, "spin kernel (waits for the host)")] + [
+        (spin_end + kernel_us * i, spin_end + kernel_us * (i + 1), f"k{i + 1}")
+        for i in range(calls)
+    ]
+    a, b = spin_end, spin_end + kernel_us * calls
+    eager_host = [(host_us * i, host_us * (i + 1), f"launch {i + 1}") for i in range(calls)]
+    eager_gpu = [
+        (host_us * (i + 1) + 0.5, host_us * (i + 1) + 0.5 + kernel_us, f"k{i + 1}")
+        for i in range(calls)
+    ]
+    ea, eb = eager_gpu[0][0], eager_gpu[-1][1]
+    for ax, (h, g, ta, tb, title) in zip(
+        axes,
+        [
+            (host, gpu, a, b, "queued: (b − a) / calls = the GPU's time per call"),
+            (eager_host, eager_gpu, ea, eb, "eager: the GPU waits for each launch"),
+        ],
+    ):
+        _lane(ax, 1, h, "#eeeeee")
+        _lane(ax, 0, g, "#cfe2f3")
+        for t, name in ((ta, "event a"), (tb, "event b")):
+            ax.axvline(t, color="tab:red", lw=1, ls="--")
+            ax.text(t, 1.55, name, color="tab:red", fontsize=7, ha="center")
+        ax.set_yticks([0, 1], ["GPU", "host"])
+        ax.set_ylim(-0.6, 1.8)
+        ax.set_title(title, fontsize=9, loc="left")
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    axes[-1].set_xlim(0, max(b, eb) + 2)
+    axes[-1].set_xlabel(
+        f"time (sketch: {host_us:g} µs of host time per launch, {kernel_us:g} µs per kernel)"
+    )
+    axes[0].figure.tight_layout()
+    return axes
+
+
+# ---- what each cache kind costs a decode (golden, CPU) -----------------------------------------
+
+
+def plot_cache_costs(positions, errors, masks, bytes_per_token, block_tokens):
+    """Left: each decode step's relative error of attn_out against the f32 cache, per cache
+    kind (errors {kind: [err]}). Right: the indexer's kept blocks per step (masks: one
+    boolean row per step, complete blocks only)."""
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw=dict(width_ratios=[3, 2]))
+    for kind, err in errors.items():
+        label = f"{kind} cache ({bytes_per_token[kind]} B/token)"
+        a1.semilogy(positions, err, "o-", ms=3, label=label)
+    a1.set_xlabel("decode position")
+    a1.set_ylabel("relative error of attn_out vs f32 cache")
+    a1.set_title("what the cache format costs, step by step")
+    a1.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.18), ncol=2, frameon=False)
+    nblk = len(masks[-1])
+    img = np.full((len(masks), nblk), np.nan)
+    for i, m in enumerate(masks):
+        img[i, : len(m)] = m  # 1 kept, 0 complete but skipped, NaN not complete yet
+    extent = (-0.5, nblk - 0.5, positions[-1] + 0.5, positions[0] - 0.5)
+    a2.imshow(img, aspect="auto", cmap="Greens", vmin=-0.3, vmax=1, extent=extent)
+    a2.set_xlabel(f"block j ({block_tokens} tokens each)")
+    a2.set_ylabel("decode position")
+    a2.set_title("indexer: kept blocks (dark) per step")
+    fig.tight_layout()
+    return fig
+
+
+# ---- the copy rate and the read floor ----------------------------------------------------------
+
+
+def _is_floor(r):
+    return "stream_read floor" in str(r.get("kernel"))
+
+
+def floor_runs(live=None, sizes=(8 << 20, 64 << 20, 256 << 20)):
+    """Records of the read floor (stream_read over n bytes, nothing else): measured now at
+    `sizes` when a GPU is here (queued, then as graph replays), else the recorded ones."""
+    if not nbutil.live_wanted(live):
+        return nbutil.recorded(_is_floor)
+    from .. import timing
+
+    copy = timing.copy_gbps()
+    l2 = timing.l2_bytes()
+    runs = []
+    for nbytes in sizes:
+        fl = timing.floor_us(nbytes, timing.rotations(nbytes, l2), graph_calls=8)
+        for how, us in (("queued", fl.us), ("graph", fl.graph_us)):
+            if us:
+                gbps = nbytes / us / 1e3
+                runs.append(
+                    dict(
+                        kernel="stream_read floor",
+                        bytes=nbytes,
+                        median_us=us,
+                        gbps=gbps,
+                        pct_of_copy=100 * gbps / copy,
+                        timing=how,
+                    )
+                )
+    src = f"measured just now on {timing.device_name()}"
+    return nbutil.Records(tuple(runs), copy, src)
+
+
+def print_floor_runs(recs):
+    """One line per floor run: bytes, timing, µs, GB/s, % of copy."""
+    print(recs.source)
+    print(f"copy rate {recs.copy_gbps:.0f} GB/s (2 x bytes / time of a 1 GiB device copy)")
+    for r in sorted(recs.runs, key=lambda r: (r["bytes"], r.get("timing", ""))):
+        print(
+            f"  read {r['bytes'] / 1e6:8.1f} MB  {r.get('timing', '?'):<7} "
+            f"{r['median_us']:8.2f} us  {r['gbps']:6.0f} GB/s  {r['pct_of_copy']:6.1f}% of copy"
+        )
+
+
+# ---- the ladder, summarised ------------------------------------------------------------------
+
+
+def _variant(r):
+    sh = r.get("shape", {})
+    return str(sh.get("kind") or sh.get("weights") or "")
+
+
+def _size_text(sh):
+    keys = ("rows", "nb", "T", "proj")
+    return ", ".join(f"{k}={sh[k]}" for k in keys if k in sh)
+
+
+def ladder_summary(families=FAMILIES, live=False):
+    """(rows, sources): per family and cache kind / weight format, at its largest recorded
+    size, v0's time and the fastest rung's. live=False reads the results file (measuring every
+    family takes minutes; each stage notebook measures its own family live)."""
+    rows, sources = [], []
+    for fam in families:
+        recs = nbutil.ladder_records(fam, live=live)
+        if recs.source not in sources:
+            sources.append(recs.source)
+        groups = {}
+        for r in recs.runs:
+            if r.get("median_us") and r.get("bytes"):
+                groups.setdefault(_variant(r), []).append(r)
+        for variant, runs in groups.items():
+            top = max(r["bytes"] for r in runs)
+            at = [r for r in runs if r["bytes"] == top]
+            v0 = next((r for r in at if r.get("rung") == 0), None)
+            best = min(at, key=lambda r: r["median_us"])
+            rows.append(
+                dict(
+                    family=fam,
+                    variant=variant,
+                    size=_size_text(best["shape"]),
+                    v0_us=v0["median_us"] if v0 else np.nan,
+                    v0_pct=v0["pct_of_copy"] if v0 else np.nan,
+                    best=best["kernel"],
+                    best_rung=best.get("rung"),
+                    best_us=best["median_us"],
+                    best_pct=best["pct_of_copy"],
+                )
+            )
+    return rows, sources
+
+
+def print_ladder_summary(rows, sources):
+    """The summary as a table, the records' sources first."""
+    for s in sources:
+        print(s)
+    print(
+        f"{'family':<18}{'kind':<7}{'size':<18}{'v0 us':>10}  {'fastest rung':<32}"
+        f"{'us':>8}{'x v0':>7}{'% copy':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['family']:<18}{r['variant']:<7}{r['size']:<18}{r['v0_us']:10.1f}  "
+            f"{r['best_rung']}: {r['best']:<29}{r['best_us']:8.1f}"
+            f"{r['v0_us'] / r['best_us']:7.1f}{r['best_pct']:8.1f}"
+        )
+    if not rows:
+        print("no ladder runs recorded")
+
+
+def plot_ladder_summary(rows, sources, ax=None):
+    """Per family: % of copy of v0 (grey) and of the fastest rung (blue), joined by a line,
+    log x (the steps span four decades)."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(8, 0.32 * max(len(rows), 3) + 1.2))[1]
+    if not rows:
+        ax.text(0.5, 0.5, "no ladder runs: " + "; ".join(sources), ha="center", va="center")
+        ax.set_axis_off()
+        return ax
+    y = np.arange(len(rows))[::-1]
+    v0 = np.array([r["v0_pct"] for r in rows])
+    best = np.array([r["best_pct"] for r in rows])
+    ax.hlines(y, v0, best, color="0.7", lw=2)
+    ax.plot(v0, y, "o", color="0.45", label="v0 (the golden formula, translated directly)")
+    ax.plot(best, y, "o", color="tab:blue", label="fastest rung")
+    ax.axvline(100, color="k", ls="--", lw=1, label="the copy rate")
+    labels = [f"{r['family']} {r['variant']}".strip() for r in rows]
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("% of the copy rate (log), at each family's largest recorded size")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.set_title("the ladder: from v0 to the fastest rung")
+    ax.figure.text(0.01, -0.02, "; ".join(sources), fontsize=7, color="0.35")
+    return ax
