@@ -31,6 +31,7 @@ __all__ = [
     "plot_ladder",
     "plot_splits",
     "print_ladder",
+    "above_floor",
     "best_rungs",
 ]
 
@@ -264,10 +265,12 @@ def _size(r):
 
 
 def print_ladder(recs):
-    """One line per run: rung, kernel, size, µs, % of copy, % of floor, × rung 0."""
+    """One line per run, sizes ascending: rung, kernel, size, µs, % of copy, % of floor,
+    × rung 0; a run above its floor is marked (its bytes came partly from the L2)."""
     print(recs.source)
     v0 = {_size(r): r["median_us"] for r in recs.runs if r.get("rung") == 0}
-    for r in sorted(recs.runs, key=lambda r: (_size(r), r.get("rung", 0))):
+    order = sorted(recs.runs, key=lambda r: (str(_tag(r)), r.get("bytes", 0), r.get("rung", 0)))
+    for r in order:
         base = v0.get(_size(r))
         speed = f"{base / r['median_us']:7.1f}x" if base and r.get("median_us") else "      -"
         pf = r.get("pct_of_floor")
@@ -276,7 +279,15 @@ def print_ladder(recs):
             f"{r.get('median_us', np.nan):10.2f} us {r.get('pct_of_copy', np.nan):5.1f}% copy "
             + (f"{pf:5.1f}% floor " if pf is not None else "")
             + f"{speed} rung 0"
+            + ("  <- above the floor: L2" if r in above_floor(recs) else "")
         )
+
+
+def above_floor(recs):
+    """The runs faster than their read floor. The floor reads its bytes from DRAM (its buffers
+    rotate past 2 x L2); a run beats it only when some of its bytes came from the L2 (an input
+    reused between calls, or a working set smaller than the L2)."""
+    return [r for r in recs.runs if (r.get("pct_of_floor") or 0) > 100.0]
 
 
 def best_rungs(recs):

@@ -13,6 +13,7 @@ import numpy as np
 from .excerpts import kernel_excerpt, kernel_header, show_excerpt
 from .nbrecords import (
     Records,
+    above_floor,
     best_rungs,
     ladder_records,
     live_wanted,
@@ -43,6 +44,7 @@ __all__ = [
     "print_runs",
     "plot_peer",
     "Records",
+    "above_floor",
     "best_rungs",
     "ladder_records",
     "live_wanted",
