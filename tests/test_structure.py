@@ -24,7 +24,6 @@ KNOWN = {
     "long": {
         "kernels_cuda/attention_mma.cu",
         "qwenref/checkpoint.py",
-        "qwenref/gpu/attention.py",
     },
 }
 
