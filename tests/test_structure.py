@@ -22,7 +22,6 @@ KNOWN = {
     "private": set(),
     "cycle": set(),
     "long": {
-        "kernels_cuda/attention_mma.cu",
         "qwenref/checkpoint.py",
     },
 }

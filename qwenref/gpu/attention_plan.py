@@ -164,7 +164,7 @@ def _opt_value(options, name, default):
 
 # ---- the tensor-core (mma) kernels -----------------------------------------------------------
 def _mma_nw(options):
-    """Warps per CTA of attn_partials_q8_mma_n<NT8>: mirrors mma_attn::Cfg (attention_mma.cu)."""
+    """Warps per CTA of attn_partials_q8_mma_n<NT8>: mirrors mma_attn::Cfg (attention_mma.cuh)."""
     return _opt_value(options, "MMA_NW", 0) or 4
 
 
@@ -176,7 +176,7 @@ def _mma_nst(options):
 def mma_smem_bytes(hd, nt8, options=()):
     """Dynamic shared memory, in bytes, of attn_partials_q8_mma_n<nt8> at head_dim hd (the
     selective kernel _sel_n1 has n1's), compiled with `options` (MMA_NW, MMA_NSTAGE change it).
-    Mirrors mma_attn::Lay in kernels_cuda/attention_mma.cu; tests/test_gpu_attention_mma.py
+    Mirrors mma_attn::Lay in kernels_cuda/attention_mma.cuh; tests/test_gpu_attention_mma.py
     checks it against the kernel's own attn_mma_smem_bytes. Needs no GPU."""
     if hd not in MMA_HEAD_DIMS:
         raise ValueError(f"hd must be one of {MMA_HEAD_DIMS} (the mma kernels'), got {hd!r}")
