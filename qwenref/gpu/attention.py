@@ -49,70 +49,26 @@ import numpy as np
 from .._args import int_arg as _int_arg
 from .._args import sparse_arg as _sparse_arg
 from ..layout import side_arrays
+from . import attention_plan
 from ._runtime import check_array, cupy, kernel, out_array
+from .attention_plan import *  # noqa: F403 (re-exported: its __all__ is part of this module's)
 from .attention_plan import (
     COMBINE_KERNEL,
     COMBINE_MODULE,
-    DEFAULT_RUNG,
     HEAD_DIMS,
-    IMPLS,
-    KERNEL_MODULE,
     KIND_PAIRS,
     MAX_SPLITS,
-    MMA_HEAD_DIMS,
-    MMA_MAX_COLS,
-    RUNGS,
-    TOL_ATTN,
-    TOL_ATTN_MMA,
     V1_NWARP,
     AttentionPlan,
-    DeviceLimits,
-    auto_n_splits,
     call_plan,
     check_impl,
     check_plan_arg,
-    choose_impl,
-    device_limits,
-    mma_kernel_name,
-    mma_n_splits,
-    mma_smem_bytes,
-    plan,
     plan_kernel,
-    plan_rung,
-    rung_kernel,
     splits_arg,
 )
 
-__all__ = [
-    "decode_attention",
-    "attn_partials",
-    "attn_combine",
-    # the plan (attention_plan), re-exported: one import serves callers of both
-    "auto_n_splits",
-    "mma_n_splits",
-    "mma_kernel_name",
-    "mma_smem_bytes",
-    "choose_impl",
-    "rung_kernel",
-    "AttentionPlan",
-    "plan",
-    "plan_rung",
-    "DeviceLimits",
-    "device_limits",
-    "KIND_PAIRS",
-    "HEAD_DIMS",
-    "MAX_SPLITS",
-    "IMPLS",
-    "RUNGS",
-    "DEFAULT_RUNG",
-    "MMA_HEAD_DIMS",
-    "MMA_MAX_COLS",
-    "KERNEL_MODULE",
-    "COMBINE_KERNEL",
-    "COMBINE_MODULE",
-    "TOL_ATTN",
-    "TOL_ATTN_MMA",
-]
+# the calls, then the plan's names (attention_plan): one import serves callers of both
+__all__ = ["decode_attention", "attn_partials", "attn_combine", *attention_plan.__all__]
 
 LOG2E = 1.0 / math.log(2.0)
 _COMBINE_NT = 256  # COMBINE_NT in attention_combine.cu (threads per combine CTA)
