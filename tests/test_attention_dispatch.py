@@ -179,6 +179,27 @@ def test_bad_impl_is_refused_before_anything_runs():
         A.attn_partials(None, None, 0, impl="v0")
 
 
+@pytest.mark.parametrize(
+    "call,exc,name",
+    [
+        (lambda: A.decode_attention(None, None, -1), ValueError, "base_pos"),
+        (lambda: A.attn_partials(None, None, 1.5), TypeError, "base_pos"),
+        (lambda: A.decode_attention(None, None, 0, n_splits=0), ValueError, "n_splits"),
+        (lambda: A.attn_partials(None, None, 0, n_splits=True), TypeError, "n_splits"),
+        (lambda: A.decode_attention(None, None, 0, sparse_v=1.0), ValueError, "sparse_v"),
+        (lambda: A.decode_attention(None, None, 0, options="-DX=1"), TypeError, "options"),
+        (lambda: A.decode_attention(None, None, 0, sel_n=[0]), ValueError, "sel_idx"),
+        (lambda: A.decode_attention(None, None, 0, partials=3), TypeError, "partials"),
+        (lambda: A.attn_combine(None, None, None, inverse_wht=1), TypeError, "inverse_wht"),
+    ],
+)
+def test_plain_arguments_are_refused_before_any_array(call, exc, name):
+    """The calls check their plain Python arguments before any array, so these need no GPU
+    (the arrays here are None)."""
+    with pytest.raises(exc, match=rf"^{name}(?!\w)"):
+        call()
+
+
 # ---- the plan: its GPU-free part (plan_rung) and plan() with the split count given ------------
 # (kind, nb, n_rep, hd, sparse_v, selective) -> (rung, words of why); why is None exactly when
 # the tensor-core rung applies.
@@ -420,6 +441,7 @@ def test_split_counts_read_the_device_limits():
         (lambda: A.mma_kernel_name(0, 6), ValueError, "nb"),
         (lambda: A.mma_kernel_name(1, 6, selective=1), TypeError, "selective"),
         (lambda: A.plan_rung(None, 1), TypeError, "cache"),
+        (lambda: A.plan_rung(cache(6, hd=96), 1), ValueError, "cache"),
         (lambda: A.plan_rung(cache(6), 1, selective=1), TypeError, "selective"),
         (lambda: A.plan_rung(cache(6), 1, max_smem=-1), ValueError, "max_smem"),
         (lambda: A.plan_rung(cache(6), 1, max_smem=1.5e5), TypeError, "max_smem"),

@@ -1,6 +1,7 @@
 """GPU decode attention (kernels_cuda/attention_v0.cu, attention_v1.cu, attention_combine.cu)
 against the golden model, every cache kind, for the rungs v0 and v1 (impl=; the tensor-core rung
-"mma" has its own file, test_gpu_attention_mma.py, and tolerance).
+"mma" has its own file, test_gpu_attention_mma.py, and tolerance). Bad input to the calls:
+test_gpu_attention_args.py.
 
 The cache is built by golden.KVCache.append and copied as stored into a gpu.KVCache
 (from_golden), so both sides read identical bytes. The reference for row b is golden's

@@ -63,6 +63,7 @@ from .attention_plan import (
     call_plan,
     check_impl,
     check_plan_arg,
+    options_arg,
     plan_kernel,
     splits_arg,
 )
@@ -134,20 +135,18 @@ def _check_cache(cache):
 
 
 def _check_rows(q, cache, base_pos, sel_idx, sel_n):
-    """q, base_pos and the selection of a call: (nb, base_pos, W or 0)."""
+    """q and the selection of a call, and the rows' tokens stored (base_pos an int already):
+    (nb, W or 0)."""
     cfg = cache.cfg
     check_array("q", q, np.float32, (None, cfg.nh, cfg.head_dim))
     nb = q.shape[0]
     if nb < 1:
         raise ValueError("q must hold at least one row")
-    base_pos = _int_arg("base_pos", base_pos, 0)
     if base_pos + nb > len(cache):
         raise ValueError(
             f"base_pos + nb = {base_pos} + {nb} exceeds len(cache) = {len(cache)}: "
             f"row b sees tokens [0, base_pos + b] and they must be stored"
         )
-    if (sel_idx is None) != (sel_n is None):
-        raise ValueError("sel_idx and sel_n must be given together (or neither)")
     width = 0
     if sel_n is not None:
         check_array("sel_n", sel_n, np.int32, (nb,))
@@ -155,7 +154,7 @@ def _check_rows(q, cache, base_pos, sel_idx, sel_n):
         width = sel_idx.shape[1]
         if width < 1:
             raise ValueError(f"sel_idx must have at least one column, got shape {sel_idx.shape}")
-    return nb, base_pos, width
+    return nb, width
 
 
 def _splits_of(n_splits, m_out, m_name, nb, nh):
@@ -188,14 +187,20 @@ class _Call(NamedTuple):
 def _check_call(
     q, cache, base_pos, n_splits, sparse_v, sel_idx, sel_n, m_out, m_name, impl, given, options
 ):
-    """Every check attn_partials and decode_attention share, in one order, and the plan the call
-    runs (given: the caller's plan=, or None; m_out / m_name: the partials' m buffer and the
-    name the caller gave it)."""
+    """Every check attn_partials and decode_attention share, and the plan the call runs (given:
+    the caller's plan=, or None; m_out / m_name: the partials' m buffer and the name the caller
+    gave it). The plain Python arguments first (no GPU needed to refuse them), then the arrays,
+    then what depends on their shapes."""
     check_impl(impl)
     check_plan_arg(given, impl)
-    kd, ks, vd, vs, max_t = _check_cache(cache)
-    nb, base_pos, width = _check_rows(q, cache, base_pos, sel_idx, sel_n)
+    base_pos = _int_arg("base_pos", base_pos, 0)
     sparse_v = _sparse_arg(sparse_v)
+    n_splits = None if n_splits is None else splits_arg(n_splits)
+    options = options_arg(options)
+    if (sel_idx is None) != (sel_n is None):
+        raise ValueError("sel_idx and sel_n must be given together (or neither)")
+    kd, ks, vd, vs, max_t = _check_cache(cache)
+    nb, width = _check_rows(q, cache, base_pos, sel_idx, sel_n)
     n_splits = _splits_of(n_splits, m_out, m_name, nb, cache.cfg.nh)
     selective = sel_n is not None
     p = call_plan(given, cache, nb, base_pos, sparse_v, selective, width, impl, n_splits, options)
@@ -323,6 +328,8 @@ def attn_partials(
 # ---- combine ---------------------------------------------------------------------------------
 def _check_combine(m, l, o, inverse_wht, gate, out, lse_out):
     """attn_combine's arguments, checked; returns out (allocated when None)."""
+    if not isinstance(inverse_wht, (bool, np.bool_)):
+        raise TypeError(f"inverse_wht must be a bool, got {type(inverse_wht).__name__}")
     check_array("m", m, np.float32, ndim=3)
     nb, S, nh = m.shape
     check_array("l", l, np.float32, (nb, S, nh))
@@ -332,8 +339,6 @@ def _check_combine(m, l, o, inverse_wht, gate, out, lse_out):
         raise ValueError(f"m must hold 1..{MAX_SPLITS} splits, got shape {m.shape}")
     if hd % 32 or not 32 <= hd <= 1024:
         raise ValueError(f"o's head_dim must be a multiple of 32 in 32..1024, got {hd}")
-    if not isinstance(inverse_wht, (bool, np.bool_)):
-        raise TypeError(f"inverse_wht must be a bool, got {type(inverse_wht).__name__}")
     if inverse_wht and (hd < 16 or hd & (hd - 1)):
         raise ValueError(f"inverse_wht needs a power-of-two head_dim >= 16, got {hd}")
     if gate is not None:

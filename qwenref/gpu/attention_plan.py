@@ -319,7 +319,10 @@ def _cache_shape(cache):
                 f"cache must be a KVCache (qwenref.gpu or qwenref.golden; no attribute {a!r}), "
                 f"got {type(cache).__name__}"
             )
-    return cache.k_kind, cache.v_kind, cache.cfg.head_dim, cache.cfg.n_rep
+    hd = cache.cfg.head_dim
+    if hd not in HEAD_DIMS:
+        raise ValueError(f"cache.cfg.head_dim must be one of {HEAD_DIMS}, got {hd}")
+    return cache.k_kind, cache.v_kind, hd, cache.cfg.n_rep
 
 
 def plan_rung(cache, nb, *, sparse_v=0.0, selective=False, impl=None, options=(), max_smem=None):
