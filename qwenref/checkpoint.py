@@ -19,26 +19,25 @@ a bad header, a missing tensor, a wrong dtype or shape, NaN or inf in a tensor) 
 whose message starts with the file (``model-00002-of-00003.safetensors: ...``) and names the
 tensor as stored (``model.layers.0.self_attn.v_proj.weight``) or the config field.
 
+The safetensors format itself (headers, dtypes, decoding) is qwenref/safetensors_io.py; writing
+random checkpoints, qwenref/checkpoint_write.py (write_random_checkpoint, re-exported here).
+
 MoE checkpoints (``qwen3_next``, ``qwen3_5_moe``: experts instead of ``mlp.gate_proj``) load the
 attention weights only; ``LayerWeights.has_mlp`` is False and loading says so with a warning.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
-import secrets
-import shutil
-import struct
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from ._args import bool_arg, int_arg
+from .checkpoint_write import write_random_checkpoint
 from .config import AttnConfig
+from .safetensors_io import INDEX, ST_DTYPES, decode_f32, read_header, read_index
 from .weights import MLP_WEIGHTS, weight_shapes
 
 __all__ = [
@@ -53,46 +52,12 @@ __all__ = [
 # them stays, for notebooks and scripts that use it.
 expected_shapes = weight_shapes
 
-_INDEX = "model.safetensors.index.json"
-# safetensors dtype tag -> (numpy dtype of the stored bytes, bytes per element): the ones read
-_ST_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2), "F64": ("<f8", 8)}
-# bytes per element of the other safetensors dtypes, so any entry's byte range can be checked
-_ST_ITEMSIZE = {
-    "BOOL": 1,
-    "U8": 1,
-    "I8": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "I16": 2,
-    "U16": 2,
-    "I32": 4,
-    "U32": 4,
-    "I64": 8,
-    "U64": 8,
-    **{k: v[1] for k, v in _ST_DTYPES.items()},
-}
-_MAX_HEADER = 100 * 2**20  # safetensors' own limit on the JSON header
-_DTYPE_ALIASES = {
-    "float32": "F32",
-    "f32": "F32",
-    "float16": "F16",
-    "f16": "F16",
-    "bfloat16": "BF16",
-    "bf16": "BF16",
-}
-# transformers' class-name stems, for the "architectures" entry of written configs
-_CLASS_STEMS = {"qwen3_5": "Qwen3_5", "qwen3_5_moe": "Qwen3_5Moe", "qwen3_next": "Qwen3Next"}
 # layer prefixes in order of preference when a checkpoint holds several stacks of layers
 _KNOWN_PREFIXES = (
     "model.language_model.layers.",
     "model.layers.",
     "language_model.model.layers.",
     "model.text_model.layers.",
-)
-# what write_random_checkpoint may replace: a directory holding nothing else
-_CHECKPOINT_FILE = re.compile(
-    r"config\.json|model\.safetensors(\.index\.json)?|"
-    r"model-\d+-of-\d+\.safetensors"
 )
 
 
@@ -130,124 +95,6 @@ class LayerWeights(dict):
             if not np.isfinite(a).all():
                 raise ValueError(f"tensor {name!r} holds NaN or +-inf values")
         return self
-
-
-# ---- safetensors, read side --------------------------------------------------------------------
-def _check_entry(fname: str, name: str, meta, data_len: int) -> None:
-    """One header entry: well-formed, and its bytes inside the file's data section."""
-    if not isinstance(meta, dict) or not {"dtype", "shape", "data_offsets"} <= meta.keys():
-        raise ValueError(
-            f"{fname}: tensor {name}: header entry must hold dtype, shape and "
-            f"data_offsets, got {meta!r}"
-        )
-    dtype, shape, offs = meta["dtype"], meta["shape"], meta["data_offsets"]
-
-    def count(v):
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-    if not isinstance(dtype, str):
-        raise ValueError(f"{fname}: tensor {name}: dtype must be a string, got {dtype!r}")
-    if not isinstance(shape, list) or not all(count(v) for v in shape):
-        raise ValueError(f"{fname}: tensor {name}: shape must be a list of sizes, got {shape!r}")
-    if not (
-        isinstance(offs, list)
-        and len(offs) == 2
-        and all(count(v) for v in offs)
-        and offs[0] <= offs[1]
-    ):
-        raise ValueError(
-            f"{fname}: tensor {name}: data_offsets must be [begin, end] with "
-            f"0 <= begin <= end, got {offs!r}"
-        )
-    if offs[1] > data_len:
-        raise ValueError(
-            f"{fname}: tensor {name} ends at byte {offs[1]} of the data section, "
-            f"which holds {data_len} bytes: the file is truncated"
-        )
-    size = _ST_ITEMSIZE.get(dtype)
-    if size is not None and offs[1] - offs[0] != math.prod(shape) * size:
-        raise ValueError(
-            f"{fname}: tensor {name}: {offs[1] - offs[0]} bytes stored, shape "
-            f"{tuple(shape)} {dtype} needs {math.prod(shape) * size}"
-        )
-
-
-def _read_header(file: Path) -> tuple[dict, int, int]:
-    """(tensor name -> {"dtype", "shape", "data_offsets"}, byte offset of the data section,
-    file size), every entry checked against the file's size. Faults -> ValueError naming the
-    file; a file that is gone is one too (a shard missing from the checkpoint)."""
-    fname = file.name
-    try:
-        with open(file, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            raw = f.read(8)
-            if len(raw) != 8:
-                raise ValueError(
-                    f"{fname}: not a safetensors file ({size} bytes, shorter "
-                    f"than the 8-byte header length)"
-                )
-            (n,) = struct.unpack("<Q", raw)
-            if n > size - 8:
-                raise ValueError(
-                    f"{fname}: header length {n} runs past the end of the file "
-                    f"({size} bytes): truncated, or not a safetensors file"
-                )
-            if n > _MAX_HEADER:
-                raise ValueError(f"{fname}: not a safetensors file (header length {n})")
-            text = f.read(n)
-    except (FileNotFoundError, IsADirectoryError) as e:
-        raise ValueError(f"{fname}: {e.strerror.lower()} in {file.parent}") from None
-    try:
-        header = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{fname}: header is not valid JSON ({e})") from None
-    if not isinstance(header, dict):
-        raise ValueError(f"{fname}: header must be a JSON object, got a {type(header).__name__}")
-    header = dict(header)
-    header.pop("__metadata__", None)
-    for name, meta in header.items():
-        _check_entry(fname, name, meta, size - 8 - n)
-    return header, 8 + n, size
-
-
-def _bf16_to_f32(raw: bytes) -> np.ndarray:
-    """bf16 bit patterns -> float32, exactly: a bf16 is the top half of a float32."""
-    return (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
-
-
-def _decode(raw: bytes, dtype: str) -> np.ndarray:
-    """Stored bytes -> a new (writeable) float32 array; F64 values beyond float32 become inf,
-    which the caller's finiteness check then reports."""
-    if dtype == "BF16":
-        return _bf16_to_f32(raw)
-    with np.errstate(over="ignore"):
-        return np.frombuffer(raw, _ST_DTYPES[dtype][0]).astype(np.float32)
-
-
-def _read_index(index: Path) -> dict:
-    """model.safetensors.index.json's weight_map, checked: tensor name -> shard file name."""
-    try:
-        data = json.loads(index.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{_INDEX}: not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{_INDEX}: must hold a JSON object, got a {type(data).__name__}")
-    if "weight_map" not in data:
-        raise ValueError(f"{_INDEX}: has no 'weight_map' (tensor name -> shard file)")
-    wm = data["weight_map"]
-    if not isinstance(wm, dict):
-        raise ValueError(
-            f"{_INDEX}: 'weight_map' must be an object (tensor name -> shard "
-            f"file), got a {type(wm).__name__}"
-        )
-    for name, f in wm.items():
-        # a plain file name in the checkpoint directory; "../x" would read outside it
-        if not isinstance(f, str) or f in ("", ".", "..") or Path(f).name != f:
-            raise ValueError(
-                f"{_INDEX}: weight_map[{name!r}] must be a shard file name in "
-                f"the checkpoint directory, got {f!r}"
-            )
-    return dict(wm)
 
 
 class Checkpoint:
@@ -320,7 +167,7 @@ class Checkpoint:
 
     def _read(self, fname: str, full_names: list, short_names: list) -> dict:
         file = self.path / fname
-        header, data_start, _ = _read_header(file)
+        header, data_start, _ = read_header(file)
         old_header, old_start, _ = self._headers[fname]
         res = {}
         with open(file, "rb") as fh:
@@ -338,7 +185,7 @@ class Checkpoint:
                     raise ValueError(
                         f"{fname}: tensor {f} is cut short: {len(raw)} of {b1 - b0} bytes"
                     )
-                a = _decode(raw, meta["dtype"]).reshape(meta["shape"])
+                a = decode_f32(raw, meta["dtype"]).reshape(meta["shape"])
                 if not np.isfinite(a).all():
                     bad = int(np.count_nonzero(~np.isfinite(a)))
                     raise ValueError(f"{fname}: tensor {f} holds {bad} NaN or +-inf values")
@@ -397,28 +244,28 @@ def load_checkpoint(path) -> Checkpoint:
     if not full:
         raise ValueError("config.json: layer_types has no 'full_attention' layer")
 
-    index = path / _INDEX
+    index = path / INDEX
     if index.exists():
-        weight_map = _read_index(index)
+        weight_map = read_index(index)
         for f in sorted(set(weight_map.values())):
             if not (path / f).is_file():
-                raise ValueError(f"{f}: missing shard: {_INDEX} names it, {path} lacks it")
+                raise ValueError(f"{f}: missing shard: {INDEX} names it, {path} lacks it")
         headers = {}
-        source = _INDEX
+        source = INDEX
     else:
         files = sorted(p.name for p in path.glob("*.safetensors"))
         if not files:
             raise ValueError(
-                f"path: no model.safetensors, {_INDEX} or other *.safetensors file in {path}"
+                f"path: no model.safetensors, {INDEX} or other *.safetensors file in {path}"
             )
-        headers = {f: _read_header(path / f) for f in files}
+        headers = {f: read_header(path / f) for f in files}
         weight_map = {}
         for f, (h, _, _) in headers.items():
             for n in h:
                 if n in weight_map:
                     raise ValueError(
                         f"{f}: tensor {n} is also in {weight_map[n]}; without "
-                        f"{_INDEX} that is ambiguous"
+                        f"{INDEX} that is ambiguous"
                     )
                 weight_map[n] = f
         source = ", ".join(files)
@@ -427,7 +274,7 @@ def load_checkpoint(path) -> Checkpoint:
 
     def header_of(fname):
         if fname not in headers:
-            headers[fname] = _read_header(path / fname)
+            headers[fname] = read_header(path / fname)
         return headers[fname][0]
 
     # dense MLP present? (absent in MoE layers, which hold mlp.experts.* / mlp.gate.weight)
@@ -459,12 +306,12 @@ def load_checkpoint(path) -> Checkpoint:
             meta = header_of(fname).get(full_name)
             if meta is None:
                 raise ValueError(
-                    f"{fname}: missing tensor {full_name} ({_INDEX} says it is in this shard)"
+                    f"{fname}: missing tensor {full_name} ({INDEX} says it is in this shard)"
                 )
-            if meta["dtype"] not in _ST_DTYPES:
+            if meta["dtype"] not in ST_DTYPES:
                 raise ValueError(
                     f"{fname}: tensor {full_name} is stored as {meta['dtype']}; "
-                    f"qwenref reads {sorted(_ST_DTYPES)} only"
+                    f"qwenref reads {sorted(ST_DTYPES)} only"
                 )
             if tuple(meta["shape"]) != shape:
                 raise ValueError(
@@ -472,183 +319,3 @@ def load_checkpoint(path) -> Checkpoint:
                     f"{tuple(meta['shape'])}, config says {shape}"
                 )
     return Checkpoint(path, cfg, weight_map, prefix, headers, has_mlp)
-
-
-# ---- writing ---------------------------------------------------------------------------------
-def _write_safetensors(file: Path, tensors: dict) -> int:
-    """Write {name: (dtype tag, numpy array holding the stored bytes)}; returns data bytes."""
-    header, blobs, off = {}, [], 0
-    for name, (tag, a) in tensors.items():
-        b = np.ascontiguousarray(a).tobytes()
-        header[name] = {"dtype": tag, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = {"format": "pt"}
-    hb = json.dumps(header, separators=(",", ":")).encode()
-    hb += b" " * (-len(hb) % 8)  # data section starts 8-byte aligned
-    with open(file, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)))
-        f.write(hb)
-        for b in blobs:
-            f.write(b)
-    return off
-
-
-def _encode(a: np.ndarray, tag: str) -> np.ndarray:
-    """float32 array -> the array of stored values for dtype tag (bf16: RNE bit patterns)."""
-    if tag == "F32":
-        return a.astype("<f4")
-    if tag == "F16":
-        return a.astype("<f2")
-    import ml_dtypes
-
-    return a.astype(ml_dtypes.bfloat16).view("<u2")
-
-
-def _random_layer(cfg: AttnConfig, rng: np.random.Generator, has_mlp: bool) -> dict:
-    """One layer's random float32 weights; projections ~ N(0, fan_in^-1) keep activations O(1),
-    norm weights ~ N(0, 0.1^2) are far from zero so a `w` vs `1 + w` slip shows."""
-    out = {}
-    for name, shape in weight_shapes(cfg, has_mlp).items():
-        if len(shape) == 1:
-            out[name] = (rng.standard_normal(shape) * 0.1).astype(np.float32)
-        else:
-            out[name] = (rng.standard_normal(shape) * shape[1] ** -0.5).astype(np.float32)
-    return out
-
-
-def _fresh_dir(parent: Path, prefix: str) -> Path:
-    """A new empty directory parent/<prefix><random> (mkdir honours the umask, unlike
-    tempfile.mkdtemp's 0700, so the renamed checkpoint gets ordinary permissions)."""
-    while True:
-        d = parent / f"{prefix}{secrets.token_hex(4)}"
-        try:
-            d.mkdir()
-            return d
-        except FileExistsError:
-            continue
-
-
-def _swap_in(new: Path, target: Path) -> None:
-    """Put the complete directory `new` at `target`, replacing what is there only now."""
-    if not target.exists() or not any(target.iterdir()):
-        os.replace(new, target)  # rename(2) replaces an empty directory in one step
-        return
-    # A non-empty directory cannot be replaced by one rename: move it aside first, and put it
-    # back if the second rename fails, so a failure leaves the old checkpoint in place.
-    holder = _fresh_dir(target.parent, f".{target.name}.old-")
-    old = holder / "checkpoint"
-    os.rename(target, old)
-    try:
-        os.rename(new, target)
-    except BaseException:
-        os.rename(old, target)
-        shutil.rmtree(holder, ignore_errors=True)
-        raise
-    shutil.rmtree(holder, ignore_errors=True)
-
-
-def write_random_checkpoint(
-    path,
-    cfg: AttnConfig,
-    seed: int = 0,
-    dtype: str = "float32",
-    shards: int = 1,
-    multimodal: bool = False,
-) -> Path:
-    """Write a Hugging Face-layout checkpoint with random weights for cfg's full-attention layers.
-
-    config.json holds cfg.to_hf() (under "text_config" when multimodal, whose tensors are then
-    named model.language_model.layers.N.*); dtype "float32" | "bfloat16" | "float16" (bf16 with
-    round to nearest even); shards > 1 writes model-0000k-of-0000n.safetensors and
-    model.safetensors.index.json. MoE configs (cfg.is_moe) get no MLP weights. Returns the path.
-
-    Every argument is checked before the disk is touched. The checkpoint is written into a new
-    directory next to `path` and renamed into place when complete, so a failure leaves `path`
-    as it was. `path` may be new, empty, or an earlier checkpoint (which is replaced); a
-    directory holding anything else is refused (ValueError): replacing it would delete that.
-    """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    if not isinstance(cfg, AttnConfig):
-        raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
-    seed = int_arg("seed", seed, 0)
-    tag = _DTYPE_ALIASES.get(str(dtype))
-    if tag is None:
-        raise ValueError(f"dtype must be one of {sorted(_DTYPE_ALIASES)}, got {dtype!r}")
-    shards = int_arg("shards", shards, 1)
-    multimodal = bool_arg("multimodal", multimodal)
-    full = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
-    if not full:
-        raise ValueError("cfg: layer_types has no 'full_attention' layer")
-    if cfg.attention_bias or cfg.hidden_act != "silu":  # load_checkpoint would refuse it
-        raise ValueError(
-            f"cfg: attention_bias={cfg.attention_bias}, hidden_act="
-            f"{cfg.hidden_act!r}: qwenref's layer has no biases and a SwiGLU MLP"
-        )
-    n_tensors = len(full) * len(weight_shapes(cfg, has_mlp=not cfg.is_moe))
-    if shards > n_tensors:
-        raise ValueError(f"shards ({shards}) exceeds the number of tensors ({n_tensors})")
-    # the real directory, so a symlinked path keeps pointing at the new checkpoint
-    target = Path(os.path.realpath(path))
-    if target.exists():
-        if not target.is_dir():
-            raise ValueError(f"path: {target} exists and is not a directory")
-        foreign = sorted(
-            p.name
-            for p in target.iterdir()
-            if not (p.is_file() and _CHECKPOINT_FILE.fullmatch(p.name))
-        )
-        if foreign:
-            raise ValueError(
-                f"path: {target} holds {foreign[0]!r}"
-                f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, "
-                f"which is not part of a checkpoint; write into a new or empty "
-                f"directory"
-            )
-
-    text = cfg.to_hf()
-    dtype_name = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[tag]
-    top_type = cfg.model_type.removesuffix("_text")
-    stem = _CLASS_STEMS.get(top_type, "Qwen3_5")
-    if multimodal:
-        conf = {
-            "architectures": [stem + "ForConditionalGeneration"],
-            "model_type": top_type,
-            "dtype": dtype_name,
-            "text_config": text,
-        }
-        prefix = "model.language_model.layers."
-    else:
-        conf = {"architectures": [stem + "ForCausalLM"], "dtype": dtype_name, **text}
-        prefix = "model.layers."
-    rng = np.random.default_rng(seed)
-    tensors = {}
-    for i in full:
-        for n, a in _random_layer(cfg, rng, has_mlp=not cfg.is_moe).items():
-            tensors[f"{prefix}{i}.{n}"] = (tag, _encode(a, tag))
-    names = list(tensors)
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_dir(target.parent, f".{target.name}.tmp-")
-    try:
-        (tmp / "config.json").write_text(json.dumps(conf, indent=2) + "\n")
-        if shards == 1:
-            _write_safetensors(tmp / "model.safetensors", tensors)
-        else:
-            weight_map, total = {}, 0
-            for k, part in enumerate(np.array_split(np.arange(len(names)), shards)):
-                fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
-                total += _write_safetensors(
-                    tmp / fname, {names[j]: tensors[names[j]] for j in part}
-                )
-                weight_map.update({names[j]: fname for j in part})
-            (tmp / _INDEX).write_text(
-                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
-                + "\n"
-            )
-        _swap_in(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return Path(path)

@@ -2,27 +2,29 @@
 choose_impl, rung_kernel and mma_kernel_name over it) are plain Python over the cache's kinds and
 the config (a golden cache has the same attributes), and every kernel name they can produce must
 exist in the module the wrapper loads it from (attention_v1.cu, attention_mma.cu,
-attention_combine.cu). plan() with the split count given needs no GPU either."""
+attention_combine.cu). plan() with the split count and the shared-memory limit given needs no
+GPU either, and the split counts' arithmetic runs on given device limits."""
 
 import dataclasses
 import re
-from pathlib import Path
+import types
 
 import pytest
 
 import qwenref
 from qwenref import golden
 from qwenref.gpu import attention as A
-
-KDIR = Path(__file__).resolve().parent.parent / "kernels_cuda"
+from qwenref.gpu._runtime import kernel_source
 
 
 def _module_src(module):
     """The source NVRTC compiles for the wrapper's module name (kernels are looked up there)."""
-    return (KDIR / f"{module}.cu").read_text()
+    return kernel_source(module)
 
 
-SRC_V1, SRC_MMA = _module_src(A._MODULE["v1"]), _module_src(A._MODULE["mma"])
+SRC_V1, SRC_MMA = _module_src(A.KERNEL_MODULE["v1"]), _module_src(A.KERNEL_MODULE["mma"])
+# shared memory one block may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+OPTIN_SM86, OPTIN_SM90 = 101376, 232448
 
 
 def cache(n_rep, kind="q8", hd=256):
@@ -66,12 +68,12 @@ def test_each_module_holds_what_the_wrapper_loads_from_it():
         code = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", code)
         return re.findall(r'extern "C"\s+__global__\s+void\s+(\w+)\s*\(', code)
 
-    assert literal_kernels(_module_src(A._COMBINE_MODULE)) == [A._COMBINE]
+    assert literal_kernels(_module_src(A.COMBINE_MODULE)) == [A.COMBINE_KERNEL]
     assert literal_kernels(SRC_MMA) == ["attn_mma_smem_bytes"]  # the rest: ATTN_PARTIALS_MMA
     assert literal_kernels(SRC_V1) == []  # all by ATTN_PARTIALS
     assert not re.search(r"^ATTN_PARTIALS\(", SRC_MMA, re.M)
     assert not re.search(r"^ATTN_PARTIALS_MMA\(", SRC_V1, re.M)
-    assert A._MODULE["v0"] == "attention_v0"
+    assert A.KERNEL_MODULE["v0"] == "attention_v0"
 
 
 def test_selective_mma_kernel_takes_one_row_of_at_most_8_heads():
@@ -114,7 +116,7 @@ def test_choose_impl_other_kinds_and_forcing():
 
 
 # ---- rungs: v0 (attention_v0.cu), v1, mma ------------------------------------------------------
-SRC_V0 = _module_src(A._MODULE["v0"])
+SRC_V0 = _module_src(A.KERNEL_MODULE["v0"])
 
 
 def test_rungs():
@@ -175,6 +177,27 @@ def test_bad_impl_is_refused_before_anything_runs():
             A.attn_partials(None, None, 0, impl=bad)
     with pytest.raises(ValueError, match="impl='v0' has no partials"):
         A.attn_partials(None, None, 0, impl="v0")
+
+
+@pytest.mark.parametrize(
+    "call,exc,name",
+    [
+        (lambda: A.decode_attention(None, None, -1), ValueError, "base_pos"),
+        (lambda: A.attn_partials(None, None, 1.5), TypeError, "base_pos"),
+        (lambda: A.decode_attention(None, None, 0, n_splits=0), ValueError, "n_splits"),
+        (lambda: A.attn_partials(None, None, 0, n_splits=True), TypeError, "n_splits"),
+        (lambda: A.decode_attention(None, None, 0, sparse_v=1.0), ValueError, "sparse_v"),
+        (lambda: A.decode_attention(None, None, 0, options="-DX=1"), TypeError, "options"),
+        (lambda: A.decode_attention(None, None, 0, sel_n=[0]), ValueError, "sel_idx"),
+        (lambda: A.decode_attention(None, None, 0, partials=3), TypeError, "partials"),
+        (lambda: A.attn_combine(None, None, None, inverse_wht=1), TypeError, "inverse_wht"),
+    ],
+)
+def test_plain_arguments_are_refused_before_any_array(call, exc, name):
+    """The calls check their plain Python arguments before any array, so these need no GPU
+    (the arrays here are None)."""
+    with pytest.raises(exc, match=rf"^{name}(?!\w)"):
+        call()
 
 
 # ---- the plan: its GPU-free part (plan_rung) and plan() with the split count given ------------
@@ -249,7 +272,7 @@ def test_plan_fields_per_rung(kind):
             "attn_combine",
         )
         assert (mma.threads, mma.tol, mma.why) == (128, A.TOL_ATTN_MMA, None)
-        assert mma.smem == A._mma_smem_bytes(256, 3) > 48 * 1024  # needs the opt-in
+        assert mma.smem == A.mma_smem_bytes(256, 3) > 48 * 1024  # needs the opt-in
     else:
         with pytest.raises(ValueError, match="impl='mma' does not apply"):
             A.plan_rung(c, 3, impl="mma")
@@ -280,7 +303,7 @@ def test_plan_options_shape_and_tuning():
     nw8 = A.plan_rung(cache(6), 1, options=("-DMMA_NW=8", "-DMMA_NSTAGE=3"))
     assert nw8.options == ("-DMMA_NW=8", "-DMMA_NSTAGE=3")
     assert nw8.threads == 256
-    assert nw8.smem == A._mma_smem_bytes(256, 1, nw8.options) > A.plan_rung(cache(6), 1).smem
+    assert nw8.smem == A.mma_smem_bytes(256, 1, nw8.options) > A.plan_rung(cache(6), 1).smem
     assert A.plan_rung(cache(6), 1, impl="v1", options=["-DATTN_NWARP=2"]).threads == 64
     for bad in ("-DMMA_NW=8", ("-DX=1", 3), None):
         with pytest.raises(TypeError, match="options"):
@@ -288,13 +311,14 @@ def test_plan_options_shape_and_tuning():
 
 
 def test_plan_with_splits_given_needs_no_gpu():
-    """plan() is pure when n_splits is given (or for v0): the split count is the only part
-    that reads the GPU."""
+    """plan() is pure when n_splits and max_smem are given (or for v0 and v1): the split count
+    and the device's shared-memory limit are the only parts that read the GPU."""
     c = cache(6)
-    p = A.plan(c, 2, base_pos=10, n_splits=7)
+    p = A.plan(c, 2, base_pos=10, n_splits=7, max_smem=OPTIN_SM90)
     assert p == dataclasses.replace(A.plan_rung(c, 2), n_splits=7)
     assert A.plan(c, 2, impl="v0").n_splits is None
-    sel = A.plan(c, 1, selective=True, width=64, n_splits=3)
+    assert A.plan(c, 2, impl="v1", n_splits=3).n_splits == 3  # no mma rung in question
+    sel = A.plan(c, 1, selective=True, width=64, n_splits=3, max_smem=OPTIN_SM90)
     assert (sel.rung, sel.kernel, sel.n_splits) == ("mma", "attn_partials_q8_mma_sel_n1", 3)
     with pytest.raises(ValueError, match="n_splits"):
         A.plan(c, 1, n_splits=A.MAX_SPLITS + 1)
@@ -310,7 +334,8 @@ def test_plan_with_splits_given_needs_no_gpu():
 
 def test_plan_is_a_frozen_value():
     """A plan is a value: held, compared, hashed (a cache of captured graphs can key on it)."""
-    p, q = A.plan(cache(6), 1, n_splits=2), A.plan(cache(6), 1, n_splits=2)
+    p = A.plan(cache(6), 1, n_splits=2, max_smem=OPTIN_SM90)
+    q = A.plan(cache(6), 1, n_splits=2, max_smem=OPTIN_SM90)
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.n_splits = 3
     assert p == q and hash(p) == hash(q)
@@ -333,3 +358,110 @@ def test_no_mutable_module_state():
     """Options are arguments and the choice is a returned plan: the old globals are gone."""
     for name in ("DEFAULT_IMPL", "LAST_IMPL", "TUNING_OPTIONS"):
         assert not hasattr(A, name), name
+
+
+# ---- shared memory: the mma rung only where the device lets a block have its layout ------------
+def test_mma_smem_bytes():
+    """The layouts the design note lists (2 stages, 4 warps): NT8 1..4 at hd 256 and 128."""
+    assert [A.mma_smem_bytes(256, n) for n in (1, 2, 3, 4)] == [79152, 89680, 98160, 108688]
+    assert [A.mma_smem_bytes(128, n) for n in (1, 2, 3, 4)] == [40240, 46672, 51056, 57488]
+    assert A.mma_smem_bytes(256, 1, ("-DMMA_NW=8", "-DMMA_NSTAGE=3")) == 219712
+
+
+def test_plan_falls_back_to_v1_where_shared_memory_is_short():
+    """max_smem: what one block may opt into. Under sm_86 / sm_89's 99 KiB, hd 256 with four
+    column tiles (nb 5 of n_rep 6: 108,688 B) takes v1 and says why; three tiles (98,160 B),
+    hd 128 and every smaller shape stay on the tensor cores."""
+    c = cache(6)
+    p = A.plan_rung(c, 5, max_smem=OPTIN_SM86)
+    assert (p.rung, p.kernel, p.smem, p.tol) == ("v1", "attn_partials_q8_q8", 0, A.TOL_ATTN)
+    assert "108688 B of shared memory" in p.why and "101376 B" in p.why
+    assert A.plan_rung(c, 5, max_smem=OPTIN_SM90).rung == "mma"
+    assert A.plan_rung(c, 5).rung == "mma"  # None: not checked
+    assert A.plan_rung(c, 5, max_smem=108688).rung == "mma"  # the limit is inclusive
+    assert A.plan_rung(c, 5, max_smem=108687).rung == "v1"
+    assert A.plan_rung(c, 4, max_smem=OPTIN_SM86).rung == "mma"
+    for nb in (1, 2, 3, 5):
+        assert A.plan_rung(cache(6, hd=128), nb, max_smem=OPTIN_SM86).rung == "mma"
+    # tuning options size the layout: 8 warps and 3 stages need 219,712 B at one tile
+    big = ("-DMMA_NW=8", "-DMMA_NSTAGE=3")
+    assert A.plan_rung(c, 1, options=big, max_smem=OPTIN_SM90).rung == "mma"
+    assert A.plan_rung(c, 1, options=big, max_smem=OPTIN_SM86).rung == "v1"
+    # asked for, the mma rung that does not fit is an error that says why
+    with pytest.raises(ValueError, match="impl='mma' does not apply: the mma kernel needs 108688"):
+        A.plan_rung(c, 5, impl="mma", max_smem=OPTIN_SM86)
+    # the other reasons come first: the shared memory is only asked of q8/q8 shapes that fit
+    assert "not q8/q8" in A.plan_rung(cache(6, kind="bf16"), 5, max_smem=0).why
+    assert "nb * n_rep = 36" in A.plan_rung(c, 6, max_smem=0).why
+    # choose_impl and plan read the same rule; with max_smem and n_splits given, no GPU
+    assert A.choose_impl(c, 5, max_smem=OPTIN_SM86) == "v1"
+    assert A.plan(c, 5, n_splits=4, max_smem=OPTIN_SM86) == dataclasses.replace(p, n_splits=4)
+
+
+# A device's limits per SM (DeviceLimits): an H200 (132 SMs, 228 KB per SM) and an sm_86 card
+# (82 SMs, 100 KB and 1,536 threads per SM, 16 blocks).
+H200 = A.DeviceLimits(132, 65536, 2048, 32, 233472, OPTIN_SM90, 1024)
+SM86 = A.DeviceLimits(82, 65536, 1536, 16, 102400, OPTIN_SM86, 1024)
+
+
+def compiled(regs, static_smem=0):
+    """What the split counts read of a compiled kernel."""
+    return types.SimpleNamespace(num_regs=regs, shared_size_bytes=static_smem)
+
+
+def test_split_counts_read_the_device_limits():
+    """One wave of CTAs per device: registers, threads, shared memory and blocks per SM each
+    bound the CTAs an SM holds (registers as ptxas reports them for sm_90)."""
+    n1, n3 = compiled(165), compiled(246)  # attn_partials_q8_mma_n1 / _n3 at hd 256
+    # two CTAs per SM on an H200 (shared memory; n3: registers too), so 66 splits for 4 kv
+    # heads (the design note's count); one on sm_86 (100 KB hold one 79 KB layout)
+    assert A.mma_n_splits(n1, 79152, 128, 32768, 4, limits=H200) == 66
+    assert A.mma_n_splits(n3, 98160, 128, 32768, 4, limits=H200) == 66
+    assert A.mma_n_splits(n1, 79152, 128, 32768, 4, limits=SM86) == 21
+    assert A.mma_n_splits(n1, 79152, 128, 2112, 4, limits=H200) == 33  # one per 64-token tile
+    v1 = compiled(229, 25472)  # attn_partials_q8_q8: 229 registers, 25,472 B static
+    assert A.auto_n_splits(v1, 32768, 4, 1, limits=H200) == 66  # two CTAs by registers
+    assert A.auto_n_splits(v1, 32768, 4, 1, limits=SM86) == 41
+    few = compiled(32, 25472)  # few registers: shared memory bounds it (8, and 3 on sm_86)
+    assert A.auto_n_splits(few, 32768, 4, 1, limits=H200) == 264
+    assert A.auto_n_splits(few, 32768, 4, 1, limits=SM86) == 62
+    assert A.auto_n_splits(v1, 100, 4, 1, limits=H200) == 4  # one per 32-token chunk
+    assert A.auto_n_splits(v1, 10**6, 1, 1, limits=H200) == 264
+
+
+# ---- bad input to the GPU-free functions ------------------------------------------------------
+@pytest.mark.parametrize(
+    "call,exc,name",
+    [
+        (lambda: A.mma_smem_bytes(64, 1), ValueError, "hd"),
+        (lambda: A.mma_smem_bytes(256, 5), ValueError, "nt8"),
+        (lambda: A.mma_smem_bytes(256, 1.0), TypeError, "nt8"),
+        (lambda: A.mma_smem_bytes(256, 1, "-DMMA_NW=8"), TypeError, "options"),
+        (lambda: A.mma_kernel_name(6, 6), ValueError, "nb \\* n_rep"),
+        (lambda: A.mma_kernel_name(0, 6), ValueError, "nb"),
+        (lambda: A.mma_kernel_name(1, 6, selective=1), TypeError, "selective"),
+        (lambda: A.plan_rung(None, 1), TypeError, "cache"),
+        (lambda: A.plan_rung(cache(6, hd=96), 1), ValueError, "cache"),
+        (lambda: A.plan_rung(cache(6), 1, selective=1), TypeError, "selective"),
+        (lambda: A.plan_rung(cache(6), 1, max_smem=-1), ValueError, "max_smem"),
+        (lambda: A.plan_rung(cache(6), 1, max_smem=1.5e5), TypeError, "max_smem"),
+        (lambda: A.plan(cache(6), 1, base_pos=-1, n_splits=1), ValueError, "base_pos"),
+        (lambda: A.plan(cache(6), 1, width=-1, n_splits=1), ValueError, "width"),
+        (lambda: A.plan(cache(6), 1, width=2.0, n_splits=1), TypeError, "width"),
+        (lambda: A.plan(cache(6), 1, n_splits=True), TypeError, "n_splits"),
+        (lambda: A.rung_kernel("attention", hd=100), ValueError, "hd"),
+        (lambda: A.rung_kernel("attention", n_rep=0), ValueError, "n_rep"),
+        (lambda: A.choose_impl(cache(6), 1.0), TypeError, "nb"),
+        (lambda: A.mma_n_splits(object(), 1, 128, 1, 1, limits=H200), TypeError, "kern"),
+        (lambda: A.mma_n_splits(compiled(1), 1, 128, 1, 1, limits="h200"), TypeError, "limits"),
+        (lambda: A.mma_n_splits(compiled(1), 1, 16, 1, 1, limits=H200), ValueError, "threads"),
+        (lambda: A.mma_n_splits(compiled(1), -1, 128, 1, 1, limits=H200), ValueError, "smem"),
+        (lambda: A.auto_n_splits(compiled(1), -1, 1, 1, limits=H200), ValueError, "n_vis_max"),
+        (lambda: A.auto_n_splits(compiled(1), 1, 0, 1, limits=H200), ValueError, "nkv"),
+        (lambda: A.auto_n_splits(compiled(1), 1, 1, 1, nwarp=0, limits=H200), ValueError, "nwarp"),
+    ],
+)
+def test_gpu_free_functions_refuse_bad_input(call, exc, name):
+    """Each names the argument first in its message (docs/bad-input.md)."""
+    with pytest.raises(exc, match=rf"^{name}(?!\w)"):
+        call()

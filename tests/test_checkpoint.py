@@ -13,7 +13,7 @@ from safetensors.numpy import save_file
 
 import qwenref
 from qwenref import AttnConfig, load_checkpoint, write_random_checkpoint
-from qwenref.checkpoint import _bf16_to_f32, _encode
+from qwenref.safetensors_io import bf16_to_f32, encode
 from qwenref.weights import weight_shapes
 
 
@@ -134,11 +134,11 @@ def test_bf16_decode_and_rne_encode_on_chosen_bits():
         [0x0000, 0x8000, 0x3F80, 0xBF80, 0x7F80, 0xFF80, 0x0001, 0x7F7F, 0x4049], np.uint16
     )
     want = bits.view(ml_dtypes.bfloat16).astype(np.float32)
-    np.testing.assert_array_equal(_bf16_to_f32(bits.tobytes()), want)
+    np.testing.assert_array_equal(bf16_to_f32(bits.tobytes()), want)
     # ties go to even: 1 + 2^-8 is halfway between bf16 1.0 and 1 + 2^-7
     x = np.array([0x3F808000, 0x3F818000, 0x3F808001, 0xBF808000], np.uint32).view(np.float32)
     np.testing.assert_array_equal(
-        _encode(x, "BF16"), np.array([0x3F80, 0x3F82, 0x3F81, 0xBF80], np.uint16)
+        encode(x, "BF16"), np.array([0x3F80, 0x3F82, 0x3F81, 0xBF80], np.uint16)
     )
 
 
@@ -617,7 +617,7 @@ def test_write_refuses_a_directory_holding_other_files(tmp_path):
 
 
 def test_failed_write_keeps_the_old_checkpoint(tmp_path, monkeypatch):
-    import qwenref.checkpoint as ck
+    import qwenref.checkpoint_write as ck
 
     d = write_random_checkpoint(tmp_path / "ck", _cfg(), seed=1, shards=3)
     before = _tree(tmp_path)
@@ -629,8 +629,8 @@ def test_failed_write_keeps_the_old_checkpoint(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         return real(file, tensors)
 
-    real = ck._write_safetensors
-    monkeypatch.setattr(ck, "_write_safetensors", fail_on_second_shard)
+    real = ck.write_safetensors
+    monkeypatch.setattr(ck, "write_safetensors", fail_on_second_shard)
     with pytest.raises(OSError, match="No space"):
         write_random_checkpoint(d, _cfg(), seed=2, shards=2)
     assert _tree(tmp_path) == before  # old checkpoint intact, no temporary left

@@ -1,6 +1,7 @@
 """GPU decode attention (kernels_cuda/attention_v0.cu, attention_v1.cu, attention_combine.cu)
 against the golden model, every cache kind, for the rungs v0 and v1 (impl=; the tensor-core rung
-"mma" has its own file, test_gpu_attention_mma.py, and tolerance).
+"mma" has its own file, test_gpu_attention_mma.py, and tolerance). Bad input to the calls:
+test_gpu_attention_args.py.
 
 The cache is built by golden.KVCache.append and copied as stored into a gpu.KVCache
 (from_golden), so both sides read identical bytes. The reference for row b is golden's
@@ -382,46 +383,6 @@ def test_deterministic(cp, gpu, rng, impl):
     a = cp.asnumpy(gpu.decode_attention(qd, cache, 498, sparse_v=1e-3, impl=impl))
     b = cp.asnumpy(gpu.decode_attention(qd, cache, 498, sparse_v=1e-3, impl=impl))
     assert np.array_equal(a, b)
-
-
-@pytest.mark.parametrize("impl", IMPLS)
-def test_argument_checks(cp, gpu, rng, impl):
-    """Every rung refuses the same calls, before any launch."""
-    cfg = make_cfg(64, 4, 2)
-    gc, cache = make_cache(gpu, cfg, "q8", 20, rng)
-    q = cp.asarray(make_q(cfg, 2, rng))
-
-    def attend(*args, **kw):
-        return gpu.decode_attention(*args, impl=impl, **kw)
-
-    with pytest.raises(ValueError, match="base_pos"):
-        attend(q, cache, 19)  # rows would see token 20
-    with pytest.raises(TypeError, match="base_pos"):
-        attend(q, cache, 3.0)
-    with pytest.raises(TypeError, match="q"):
-        attend(q.astype(cp.float16), cache, 0)
-    with pytest.raises(ValueError, match="q"):
-        attend(q[:, :3], cache, 0)
-    with pytest.raises(TypeError, match="cache"):
-        attend(q, gc, 0)  # a golden (numpy) cache
-    with pytest.raises(ValueError, match="sel_idx and sel_n"):
-        attend(q, cache, 0, sel_n=cp.zeros(2, cp.int32))
-    with pytest.raises(ValueError, match="sel_idx"):
-        attend(q, cache, 0, sel_idx=cp.zeros((3, 4), cp.int32), sel_n=cp.zeros(2, cp.int32))
-    with pytest.raises(TypeError, match="sel_n"):
-        attend(q, cache, 0, sel_idx=cp.zeros((2, 4), cp.int32), sel_n=cp.zeros(2, cp.int64))
-    with pytest.raises(ValueError, match="n_splits"):
-        attend(q, cache, 0, n_splits=0)
-    with pytest.raises(ValueError, match="sparse_v"):
-        attend(q, cache, 0, sparse_v=1.0)
-    with pytest.raises(ValueError, match="gate"):
-        attend(q, cache, 0, gate=cp.zeros((2, 4, 32), cp.float32))
-    with pytest.raises(ValueError, match="out"):
-        attend(q, cache, 0, out=cp.zeros((2, 4, 65), cp.float32))
-    with pytest.raises(ValueError, match="n_splits"):
-        attend(q, cache, 0, n_splits=gpu_attention.MAX_SPLITS + 1)
-    with pytest.raises(TypeError, match="partials"):
-        attend(q, cache, 0, partials=cp.zeros(3, cp.float32))
 
 
 def test_combine_rejects_misaligned_o(cp, gpu):

@@ -423,3 +423,58 @@ def test_plan_must_fit_the_call(cp, gpu, rng):
     out = gpu.decode_attention(q[:1], cache, T - 1, plan=gpu_attention.plan_rung(cache, 1))
     auto = gpu.decode_attention(q[:1], cache, T - 1)
     cp.testing.assert_array_equal(out, auto)
+
+
+OPTIN_SM86 = 101376  # the shared memory one block may opt into on sm_86 / sm_89 (99 KiB)
+
+
+@pytest.mark.parametrize("nb", [4, 5])
+def test_fallback_where_shared_memory_is_short(cp, gpu, rng, nb):
+    """Planned for a device whose blocks may have 99 KiB (max_smem), hd 256 with four column
+    tiles (nb 5 of n_rep 6: 108,688 B) runs v1 instead, says why, and still matches golden at
+    v1's float32 tolerance (bit for bit v1's own call); three tiles (nb 4: 98,160 B) stay on
+    the tensor cores. On this device (max_smem None) the mma rung runs wherever it fits."""
+    cfg = make_cfg(256, 6)
+    T, S = 900, 4
+    gc, cache = make_cache(gpu, cfg, T, rng)
+    q = make_q(cfg, nb, rng)
+    qd = cp.asarray(q)
+    need = gpu_attention.mma_smem_bytes(256, -(-nb * 6 // 8))
+    here = gpu_attention.device_limits().smem_per_block_optin
+    assert gpu_attention.plan(cache, nb, base_pos=T - nb).rung == ("mma" if need <= here else "v1")
+
+    p = gpu_attention.plan(cache, nb, base_pos=T - nb, n_splits=S, max_smem=OPTIN_SM86)
+    *_, rout, routa = reference(gc, q, T - nb, S)
+    out = gpu.decode_attention(qd, cache, T - nb, out=poisoned(cp, (nb, cfg.nh, 256)), plan=p)
+    if need <= OPTIN_SM86:
+        assert (p.rung, p.why) == ("mma", None)
+        check(cp, out, rout, "out", bound=routa)
+        return
+    assert (p.rung, p.kernel, p.tol) == ("v1", "attn_partials_q8_q8", gpu_attention.TOL_ATTN)
+    assert f"{need} B of shared memory" in p.why
+    check(cp, out, rout, "out")  # float32 all through: no P.V rounding term
+    v1 = gpu.decode_attention(qd, cache, T - nb, n_splits=S, impl="v1")
+    cp.testing.assert_array_equal(out, v1)
+    with pytest.raises(ValueError, match="impl='mma' does not apply: the mma kernel needs"):
+        gpu_attention.plan(cache, nb, base_pos=T - nb, impl="mma", max_smem=OPTIN_SM86)
+
+
+def test_device_limits_feed_the_split_counts(cp, gpu, rng):
+    """device_limits reads the device's attributes, and the automatic split counts are the ones
+    its limits give (on an H200: 66 splits at 32k tokens for 4 kv heads, docs/design)."""
+    from qwenref.gpu.attention_plan import plan_kernel
+
+    lim = gpu_attention.device_limits()
+    attrs = cp.cuda.Device().attributes
+    assert lim.sm_count == attrs["MultiProcessorCount"]
+    assert lim.smem_per_block_optin == attrs["MaxSharedMemoryPerBlockOptin"]
+    assert 48 * 1024 <= lim.smem_per_block_optin <= lim.smem_per_sm
+    assert lim.threads_per_sm >= 1024 and lim.regs_per_sm >= 65536
+    cfg = make_cfg(256, 6, nkv=4)
+    _, cache = make_cache(gpu, cfg, 64, rng)
+    p = gpu_attention.plan_rung(cache, 1)
+    kern = plan_kernel(p)
+    S = gpu_attention.mma_n_splits(kern, p.smem, p.threads, 32768, 4)
+    assert S == gpu_attention.mma_n_splits(kern, p.smem, p.threads, 32768, 4, limits=lim)
+    if (lim.sm_count, lim.smem_per_sm, lim.regs_per_sm) == (132, 233472, 65536):  # an H200
+        assert S == 66

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import qwenref
 from qwenref.gpu import compile_check
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,25 +170,59 @@ def test_cli_skips_without_nvcc(monkeypatch, capsys):
     assert "skipping" in capsys.readouterr().out
 
 
-def test_smem_notes():
-    """sm_86 / sm_89 let a block opt into 99 KB of shared memory, sm_80 163 KB, sm_90 227 KB:
-    the mma attention kernel at hd 256 with four n8 tiles (108,688 B) fits only the first."""
+def test_mma_smem_table():
+    """sm_86 / sm_89 let a block opt into 99 KiB of shared memory, sm_80 163 KiB, sm_90 227 KiB:
+    of the mma attention kernels only hd 256's four-tile one (108,688 B) is over, and only on
+    sm_86 / sm_89. The table and the plan read one rule: where a kernel is over, plan_rung
+    with that arch's limit takes v1."""
+    from qwenref import golden
     from qwenref.gpu import attention
 
-    size = getattr(attention, "mma_smem_bytes", None) or attention._mma_smem_bytes
-    sizes = {
-        f"attn_partials_q8_mma_n{n} (hd {hd})": size(hd, n)
-        for hd in attention.MMA_HEAD_DIMS
-        for n in range(1, attention.MMA_MAX_COLS // 8 + 1)
+    assert compile_check.SMEM_OPTIN == {
+        "sm_80": 166912,
+        "sm_86": 101376,
+        "sm_89": 101376,
+        "sm_90": 232448,
+        "sm_90a": 232448,
     }
-    assert sizes["attn_partials_q8_mma_n4 (hd 256)"] == 108688
-    notes = compile_check.smem_notes(sizes)
-    assert [n.split(":")[0] for n in notes] == ["sm_86", "sm_89"]
-    assert all("attn_partials_q8_mma_n4 (hd 256) 108688 B" in n and "n3" not in n for n in notes)
-    # while attention keeps the formula private, the check says it did not look
-    if not hasattr(attention, "mma_smem_bytes"):
-        assert compile_check.mma_smem_requests() is None
-        assert "not checked" in compile_check.smem_notes(None)[0]
+    sizes = compile_check.mma_smem_requests()
+    assert len(sizes) == 8 and sizes["attn_partials_q8_mma_n4 (hd 256)"] == 108688
+    lines = compile_check.mma_smem_table(sizes)
+    assert [line.split()[0] for line in lines] == list(compile_check.ARCHS)
+    for arch, line in zip(compile_check.ARCHS, lines):
+        short = arch in ("sm_86", "sm_89")
+        assert ("7 of 8 fit" if short else "8 of 8 fit") in line
+        assert ("attn_partials_q8_mma_n4 (hd 256) 108688 B" in line) == short
+        assert "n3" not in line
+    for hd in attention.MMA_HEAD_DIMS:
+        cfg = qwenref.AttnConfig(
+            hidden_size=64,
+            num_attention_heads=8,
+            num_key_value_heads=1,
+            head_dim=hd,
+            intermediate_size=128,
+        )
+        cache = golden.KVCache(cfg, max_t=8, kind="q8")
+        for nb in (1, 2, 3, 4):  # 8 heads a row: NT8 = nb
+            for arch in compile_check.ARCHS:
+                limit = compile_check.SMEM_OPTIN[arch]
+                fits = sizes[f"attn_partials_q8_mma_n{nb} (hd {hd})"] <= limit
+                rung = attention.plan_rung(cache, nb, max_smem=limit).rung
+                assert rung == ("mma" if fits else "v1"), (arch, hd, nb)
+
+
+def test_cli_prints_the_mma_smem_table(monkeypatch, capsys):
+    """With attention_mma.cu among the files, the check prints the table (the build itself is
+    stubbed: this is about what is printed)."""
+    res = compile_check.FileResult(
+        "attention_mma.cu", True, kernels={a: [] for a in compile_check.ARCHS}
+    )
+    monkeypatch.setattr(compile_check, "find_nvcc", lambda: "nvcc")
+    monkeypatch.setattr(compile_check, "check_files", lambda paths, *a: [res])
+    assert compile_check.main(["--no-cache", str(ROOT / "kernels_cuda" / "attention_mma.cu")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^  sm_86 +101376 B: 7 of 8 fit; over", out, re.M), out
+    assert re.search(r"^  sm_90 +232448 B: 8 of 8 fit$", out, re.M), out
 
 
 def test_declared_kernels():

@@ -50,7 +50,8 @@ def main(argv=None):
 
     import qwenref
     import qwenref.gpu.attention as A
-    from qwenref.gpu._runtime import cupy, kernel
+    from qwenref.gpu._runtime import cupy
+    from qwenref.gpu.attention_plan import plan_kernel
 
     cp = cupy()
     opts = tuple(o for o in args.opts.split(",") if o)  # passed to every call as options=
@@ -150,9 +151,7 @@ def main(argv=None):
             Sa = pm.n_splits
             row["mma_kernel"] = pm.kernel
             row["mma_threads"] = pm.threads
-            row["mma_regs"] = int(
-                getattr(kernel("attention", pm.kernel, pm.options), "num_regs", -1)
-            )
+            row["mma_regs"] = int(getattr(plan_kernel(pm), "num_regs", -1))
             row["mma_smem"] = pm.smem
             chunks = -(-T // 32)
             for sp in args.splits.split(","):

@@ -26,11 +26,7 @@ from ..gpu._runtime import _include_opts, cupy, kernel_source, module
 
 SHAPES = list(PROJS)
 BATCHES = 15  # fewer than the bench's 25: a sweep times many variants
-
-
-def _time(fn, n_rot=1):
-    """Queued microseconds per call of fn(i) (timing.queued_us, BATCHES batches)."""
-    return timing.queued_us(fn, n_rot, BATCHES).us
+TOL = 1e-5  # norm-wise relative error a variant must stay under (float32 sums of n_in terms)
 
 
 def _variants(kind, nb):
@@ -47,6 +43,45 @@ def _variants(kind, nb):
         )
     }
     return sorted(out)
+
+
+def _launcher(fn, rows, threads, x, weights, y, n_in, n_out, nb):
+    """run(i): one launch of the gemv.cu kernel fn over weights[i] = (w, d) (d None for f32),
+    `rows` outputs per CTA of `threads` threads, into y."""
+    cp = cupy()
+    scalars = (cp.int32(n_in), cp.int32(n_out), *(cp.int32(n_out),) * 4)
+    tail = (cp.int32(0), cp.int32(nb), cp.int32(0))
+
+    def run(i):
+        w, d = weights[i]
+        d = cp.uint64(0) if d is None else d
+        fn(((n_out + rows - 1) // rows,), (threads,), (x, w, d, y, cp.uint64(0), *scalars, *tail))
+
+    return run
+
+
+def _sweep(kind, tmod, shape, weights, w_ref, nbs, nbytes, line, first=None):
+    """Every gemv.cu variant of `kind` (and first(nb, x, y) -> (label, run), a reference run
+    timed before them, when given) on one projection shape for each nb: checked on a poisoned
+    output against x @ w_ref.T in float64, then timed over the rotated weights."""
+    cp = cupy()
+    name, n_out, n_in = shape
+    for nb in nbs:
+        x = cp.random.standard_normal((nb, n_in), dtype=cp.float32)
+        ref = x.astype(cp.float64) @ w_ref.T
+        y = cp.empty((nb, n_out), cp.float32)
+        runs = [] if first is None else [first(nb, x, y)]
+        for r, t, _, suffix in _variants(kind, nb):
+            kname = f"gemv_{kind}_nb{nb}_{suffix}"
+            star = " *" if G.pick_kernel(kind, nb, n_out)[2] == kname else ""  # the wrapper's
+            label = ("f32 " if kind == "f32" else "") + suffix + star
+            fn = tmod.get_function(kname)
+            runs.append((label, _launcher(fn, r, t, x, weights, y, n_in, n_out, nb)))
+        for label, run in runs:
+            y.fill(cp.nan)
+            run(0)
+            err = float(cp.linalg.norm(y - ref) / cp.linalg.norm(ref))
+            line(name, nb, label, timing.queued_us(run, len(weights), BATCHES).us, nbytes(nb), err)
 
 
 def main(argv=None):
@@ -81,143 +116,50 @@ def main(argv=None):
         )
 
     shapes = SHAPES if not args.shapes else [SHAPES[int(i)] for i in args.shapes.split(",")]
-    for name, n_out, n_in in shapes:
+    for shape in shapes:
+        _, n_out, n_in = shape
         q = cp.random.randint(-127, 128, (n_out, n_in), dtype=cp.int32).astype(cp.int8)
         d = cp.random.random((n_out, n_in // 32), dtype=cp.float32) * 0.02 + 1e-3
         d = d.astype(cp.float16)
-        ws = bytes_gemv_q8(1, n_in, n_out)
-        nr = timing.rotations(ws, l2)
-        qs = [(q, d)] + [(q.copy(), d.copy()) for _ in range(nr - 1)]
-        wdq = q.astype(cp.float64) * cp.repeat(d.astype(cp.float64), 32, axis=1)
-        for nb in nbs:
-            x = cp.random.standard_normal((nb, n_in), dtype=cp.float32)
-            ref = x.astype(cp.float64) @ wdq.T
-            nbytes = bytes_gemv_q8(nb, n_in, n_out)
-            y = cp.empty((nb, n_out), cp.float32)
+        n_rot = timing.rotations(bytes_gemv_q8(1, n_in, n_out), l2)
+        weights = [(q, d)] + [(q.copy(), d.copy()) for _ in range(n_rot - 1)]
+        w_ref = q.astype(cp.float64) * cp.repeat(d.astype(cp.float64), 32, axis=1)
 
-            def err():
-                return float(cp.linalg.norm(y - ref) / cp.linalg.norm(ref))
+        def old_run(nb, x, y, weights=weights, n_out=n_out, n_in=n_in):
+            fn = old.get_function(f"gemv_q8_nb{nb}")
+            return "old r16 (4 warps x 4)", _launcher(fn, 16, 128, x, weights, y, n_in, n_out, nb)
 
-            if old is not None:
-                fo = old.get_function(f"gemv_q8_nb{nb}")
-
-                def run_old(i):
-                    fo(
-                        ((n_out + 15) // 16,),
-                        (128,),
-                        (
-                            x,
-                            qs[i][0],
-                            qs[i][1],
-                            y,
-                            cp.uint64(0),
-                            cp.int32(n_in),
-                            cp.int32(n_out),
-                            *(cp.int32(n_out),) * 4,
-                            cp.int32(0),
-                            cp.int32(nb),
-                            cp.int32(0),
-                        ),
-                    )
-
-                y.fill(cp.nan)
-                run_old(0)
-                line(name, nb, "old r16 (4 warps x 4)", _time(run_old, nr), nbytes, err())
-            for r, t, u, suffix in _variants("q8", nb):
-                fn = tmod.get_function(f"gemv_q8_nb{nb}_{suffix}")
-
-                def run(i, fn=fn, r=r, t=t):
-                    fn(
-                        ((n_out + r - 1) // r,),
-                        (t,),
-                        (
-                            x,
-                            qs[i][0],
-                            qs[i][1],
-                            y,
-                            cp.uint64(0),
-                            cp.int32(n_in),
-                            cp.int32(n_out),
-                            *(cp.int32(n_out),) * 4,
-                            cp.int32(0),
-                            cp.int32(nb),
-                            cp.int32(0),
-                        ),
-                    )
-
-                y.fill(cp.nan)
-                run(0)
-                prod = G.pick_kernel("q8", nb, n_out)[2] == f"gemv_q8_nb{nb}_{suffix}"
-                tag = suffix + (" *" if prod else "")
-                line(name, nb, tag, _time(run, nr), nbytes, err())
-        qs = q = d = wdq = None  # free before the next shape
+        nbytes = lambda nb, n_in=n_in, n_out=n_out: bytes_gemv_q8(nb, n_in, n_out)
+        first = old_run if old is not None else None
+        _sweep("q8", tmod, shape, weights, w_ref, nbs, nbytes, line, first)
+        weights = q = d = w_ref = None  # free before the next shape
         cp.get_default_memory_pool().free_all_blocks()
 
     if args.f32:
-        for name, n_out, n_in in shapes:
+        for shape in shapes:
+            _, n_out, n_in = shape
             w = cp.random.standard_normal((n_out, n_in), dtype=cp.float32)
-            ws = bytes_linear(1, n_in, n_out, 4)
-            nr = timing.rotations(ws, l2)
-            wl = [w] + [w.copy() for _ in range(nr - 1)]
-            for nb in nbs:
-                x = cp.random.standard_normal((nb, n_in), dtype=cp.float32)
-                ref = x.astype(cp.float64) @ w.astype(cp.float64).T
-                nbytes = bytes_linear(nb, n_in, n_out, 4)
-                y = cp.empty((nb, n_out), cp.float32)
+            n_rot = timing.rotations(bytes_linear(1, n_in, n_out, 4), l2)
+            weights = [(w, None)] + [(w.copy(), None) for _ in range(n_rot - 1)]
 
-                def err():
-                    return float(cp.linalg.norm(y - ref) / cp.linalg.norm(ref))
+            def cublas(nb, x, y, weights=weights):
+                return "f32 cuBLAS (linear)", lambda i: G.linear(x, weights[i][0], out=y)
 
-                y.fill(cp.nan)
-                G.linear(x, w, out=y)
-                line(
-                    name,
-                    nb,
-                    "f32 cuBLAS (linear)",
-                    _time(lambda i: G.linear(x, wl[i], out=y), nr),
-                    nbytes,
-                    err(),
-                )
-                for r, t, u, suffix in _variants("f32", nb):
-                    fn = tmod.get_function(f"gemv_f32_nb{nb}_{suffix}")
-
-                    def run(i, fn=fn, r=r, t=t):
-                        fn(
-                            ((n_out + r - 1) // r,),
-                            (t,),
-                            (
-                                x,
-                                wl[i],
-                                cp.uint64(0),
-                                y,
-                                cp.uint64(0),
-                                cp.int32(n_in),
-                                cp.int32(n_out),
-                                *(cp.int32(n_out),) * 4,
-                                cp.int32(0),
-                                cp.int32(nb),
-                                cp.int32(0),
-                            ),
-                        )
-
-                    y.fill(cp.nan)
-                    run(0)
-                    prod = G.pick_kernel("f32", nb, n_out)[2] == f"gemv_f32_nb{nb}_{suffix}"
-                    tag = "f32 " + suffix + (" *" if prod else "")
-                    line(name, nb, tag, _time(run, nr), nbytes, err())
-            wl = w = None
+            nbytes = lambda nb, n_in=n_in, n_out=n_out: bytes_linear(nb, n_in, n_out, 4)
+            _sweep("f32", tmod, shape, weights, w.astype(cp.float64), nbs, nbytes, line, cublas)
+            weights = w = None
             cp.get_default_memory_pool().free_all_blocks()
 
     print("\nbest per (shape, nb):")
     best = {}
     for r in rows:
         key = (r[0], r[1], r[2].startswith("f32"))
-        if r[6] < 1e-5 and (key not in best or r[3] < best[key][3]):
+        if r[6] < TOL and (key not in best or r[3] < best[key][3]):
             best[key] = r
     for r in best.values():
         print(f"{r[0]:<22} nb={r[1]} {r[2]:<24} {r[3]:9.2f} us {r[5]:5.1f}% of copy")
-    bad = [r for r in rows if not r[6] < 1e-5]
-    print(f"{len(bad)} variants failed the 1e-5 check" + (f": {bad}" if bad else ""))
+    bad = [r for r in rows if not r[6] < TOL]
+    print(f"{len(bad)} variants failed the {TOL:g} check" + (f": {bad}" if bad else ""))
     return 1 if bad else 0
 
 

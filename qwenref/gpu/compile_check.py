@@ -15,9 +15,11 @@ NVRTC builds it). Results are cached under build/compile_check/ (in a checkout; 
 ~/.cache/qwenref/compile_check) by a hash of the compiled text, the nvcc version, the flags and
 the architectures, so `make test`'s pytest run reuses this run's builds instead of repeating
 them. It prints the sm_90 resource table, one line per arch (kernels, most registers, spilling
-kernels, failed files) and, per arch, the launches that ask for more dynamic shared memory than
-a block may have there (sm_86 / sm_89: 99 KB). Exit status: 1 if any file fails to compile for
-any architecture, 0 otherwise (also when nvcc is absent: then it says it skipped).
+kernels, failed files) and, when attention_mma.cu is among the files, one line per arch saying
+which mma attention kernels fit the dynamic shared memory a block may opt into there (the plan
+runs v1 instead of the others: qwenref/gpu/attention_plan.py). Exit status: 1 if any file fails
+to compile for any architecture, 0 otherwise (also when nvcc is absent: then it says it
+skipped).
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ __all__ = [
     "compile_file",
     "check_files",
     "default_cache_dir",
+    "SMEM_OPTIN",
     "mma_smem_requests",
-    "smem_notes",
+    "mma_smem_table",
     "main",
 ]
 
@@ -58,16 +61,17 @@ ARCH = "sm_90"  # the per-kernel table's architecture: the kernels are tuned on 
 FLAGS = ("-std=c++17", "-Xptxas", "-v")
 _CACHE_FORMAT = 1  # bump when the JSON layout changes, so old entries miss
 
-# Dynamic shared memory one block may opt into (cudaFuncAttributeMaxDynamicSharedMemorySize
-# up to this) per architecture: CUDA C++ Programming Guide, technical specifications per
-# compute capability. sm_86 / sm_89 have 100 KB per SM and 99 KB per block.
+# Shared memory one block may opt into per architecture (cudaDevAttrMaxSharedMemoryPerBlockOptin;
+# CUDA C++ Programming Guide, technical specifications per compute capability): what the plan
+# reads from the device at run time, here per target.
 SMEM_OPTIN = {
-    "sm_80": 163 * 1024,
-    "sm_86": 99 * 1024,
-    "sm_89": 99 * 1024,
-    "sm_90": 227 * 1024,
-    "sm_90a": 227 * 1024,
+    "sm_80": 166912,  # 163 KiB (A100)
+    "sm_86": 101376,  # 99 KiB (100 KB per SM)
+    "sm_89": 101376,  # 99 KiB
+    "sm_90": 232448,  # 227 KiB (H100, H200)
+    "sm_90a": 232448,
 }
+_MMA_FILE = "attention_mma.cu"
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -303,41 +307,30 @@ def check_files(
     return out
 
 
-def mma_smem_requests() -> dict | None:
-    """{kernel (hd): dynamic shared memory bytes} of the mma attention kernels, from attention's
-    public mma_smem_bytes(hd, nt8) (the formula that mirrors the .cu's layout); None while
-    attention has no such public function (its formula is private: no copy of it here)."""
-    from . import attention as at
+def mma_smem_requests() -> dict:
+    """{kernel (hd): dynamic shared memory bytes} of the mma attention kernels at their default
+    options, from attention_plan.mma_smem_bytes (the formula that mirrors attention_mma.cuh's
+    layout; attn_partials_q8_mma_sel_n1 has n1's)."""
+    from .attention_plan import MMA_HEAD_DIMS, MMA_MAX_COLS, mma_smem_bytes
 
-    size = getattr(at, "mma_smem_bytes", None)
-    if size is None:
-        return None
     return {
-        f"attn_partials_q8_mma_n{nt8} (hd {hd})": size(hd, nt8)
-        for hd in at.MMA_HEAD_DIMS
-        for nt8 in range(1, at.MMA_MAX_COLS // 8 + 1)
+        f"attn_partials_q8_mma_n{nt8} (hd {hd})": mma_smem_bytes(hd, nt8)
+        for hd in MMA_HEAD_DIMS
+        for nt8 in range(1, MMA_MAX_COLS // 8 + 1)
     }
 
 
-def smem_notes(sizes: dict | None, archs=ARCHS) -> list[str]:
-    """Launches that ask for more dynamic shared memory (sizes: {kernel: bytes}) than an arch
-    lets one block opt into: on such a GPU the launch fails unless the wrapper picks another
-    path. The other kernels' dynamic shared memory stays under the 48 KB every arch allows."""
-    if sizes is None:
-        return [
-            "dynamic shared memory of the mma attention kernels not checked: "
-            "qwenref.gpu.attention has no public mma_smem_bytes(hd, nt8)"
-        ]
-    notes = []
+def mma_smem_table(sizes: dict, archs=ARCHS) -> list[str]:
+    """One line per arch: how many of the kernels in sizes ({kernel: dynamic shared memory
+    bytes}) fit what one block may opt into there (SMEM_OPTIN), and which do not: there the
+    plan runs v1 instead. The other kernels' shared memory stays under the 48 KB every arch
+    allows."""
+    lines = []
     for a in archs:
         over = [f"{k} {b} B" for k, b in sizes.items() if b > SMEM_OPTIN[a]]
-        if over:
-            notes.append(
-                f"{a}: dynamic smem over the {SMEM_OPTIN[a]} B one block may have: "
-                + ", ".join(over)
-                + "\n    (the wrapper must pick another path there)"
-            )
-    return notes
+        line = f"{a:<7} {SMEM_OPTIN[a]:>6} B: {len(sizes) - len(over)} of {len(sizes)} fit"
+        lines.append(line + (f"; over, v1 runs instead: {', '.join(over)}" if over else ""))
+    return lines
 
 
 def _kernel_files(args: list[str]) -> list[Path]:
@@ -427,9 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     print("per arch:")
     for a in archs:
         print("  " + _arch_line(a, results))
-    if any(r.name == "attention.cu" for r in results):
-        for note in smem_notes(mma_smem_requests(), archs):
-            print(f"  note: {note}")
+    if any(r.name == _MMA_FILE for r in results):
+        print("mma attention kernels' dynamic shared memory, per arch (what a block may opt into):")
+        for line in mma_smem_table(mma_smem_requests(), archs):
+            print("  " + line)
     failed = [r for r in results if not r.ok]
     for r in failed:
         print(f"{r.name}: FAILED TO COMPILE for {', '.join(r.failed_archs)}")

@@ -1,0 +1,528 @@
+"""attention_plan — what a decode-attention call launches: the rung, its kernels, the split
+count and the tolerance, decided on the host before any launch (qwenref.gpu.attention runs it;
+everything here is importable from there too).
+
+    p = plan(cache, nb, base_pos=base_pos)   # p.rung, p.kernel, p.n_splits, p.tol, p.why, ...
+    p = plan_rung(cache, nb)                 # the same without the split count: no GPU at all
+
+Rungs (RUNGS["attention"], impl=): "v0" (kernels_cuda/attention_v0.cu, one warp per (row, q
+head), one pass, no partials), "v1" (attention_v1.cu: float32 split-T partials on CUDA cores,
+every cache kind pair) and "mma" (attention_mma.cu: q8/q8 partials on tensor cores). impl=None
+takes "mma" where it applies and "v1" otherwise, and says why in p.why.
+
+Shared memory. The mma kernels keep K/V stages, scales, q and P in one dynamic shared-memory
+layout (mma_smem_bytes: 40 to 109 KB). A block may opt into at most
+cudaDevAttrMaxSharedMemoryPerBlockOptin bytes (sm_80 163 KiB, sm_86 / sm_89 99 KiB, sm_90 227
+KiB), so where a kernel needs more (hd 256 with nb * n_rep > 24 on sm_86 / sm_89), the plan
+takes v1 and says so. plan() asks the device for the limit (max_smem=None) when the mma rung is
+in question; plan_rung takes it as an argument (None: not checked), so it stays GPU-free.
+
+The split count, the one part of a plan that needs the GPU beside the device's limit, fills one
+wave of CTAs (qwenref/gpu/attention_splits.py: auto_n_splits for v1, mma_n_splits).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .._args import bool_arg as _bool_arg
+from .._args import int_arg as _int_arg
+from .._args import sparse_arg as _sparse_arg
+from ..layout import side_kinds
+from ._runtime import kernel
+from .attention_splits import (
+    MAX_SPLITS,
+    V1_NWARP,
+    DeviceLimits,
+    auto_n_splits,
+    device_limits,
+    mma_n_splits,
+)
+
+__all__ = [
+    "AttentionPlan",
+    "plan",
+    "plan_rung",
+    "choose_impl",
+    "rung_kernel",
+    "mma_kernel_name",
+    "mma_smem_bytes",
+    "auto_n_splits",
+    "mma_n_splits",
+    "DeviceLimits",
+    "device_limits",
+    "KIND_PAIRS",
+    "HEAD_DIMS",
+    "MAX_SPLITS",
+    "IMPLS",
+    "RUNGS",
+    "DEFAULT_RUNG",
+    "MMA_HEAD_DIMS",
+    "MMA_MAX_COLS",
+    "KERNEL_MODULE",
+    "COMBINE_KERNEL",
+    "COMBINE_MODULE",
+    "TOL_ATTN",
+    "TOL_ATTN_MMA",
+]
+
+# (k side, v side) -> kernel suffix; the kernels are attn_partials_<suffix>
+KIND_PAIRS = {
+    ("f32", "f32"): "f32_f32",
+    ("bf16", "bf16"): "bf16_bf16",
+    ("q8", "q8"): "q8_q8",
+    ("turbo8", "turbo8"): "turbo8_turbo8",
+    ("turbo4", "turbo4"): "turbo4_turbo4",
+    ("turbo3", "turbo3"): "turbo3_turbo3",
+    ("turbo2", "turbo2"): "turbo2_turbo2",
+    ("bf16", "turbo4"): "bf16_turbo4",
+    ("bf16", "turbo3"): "bf16_turbo3",
+    ("bf16", "turbo2"): "bf16_turbo2",
+}
+HEAD_DIMS = (64, 128, 256)
+_DEFAULT_SHAPE = (256, 6)  # attention.cuh's ATTN_HD, ATTN_NREP defaults: no -D options
+
+IMPLS = ("v0", "v1", "mma")  # impl= values (None = choose_impl); v0 has no partials
+# The family's rungs in teaching order, and the default: None = chosen per call by choose_impl
+# ("mma" where it applies, else "v1"); v0 is never chosen, only asked for.
+RUNGS = {"attention": IMPLS}
+DEFAULT_RUNG = {"attention": None}
+MMA_HEAD_DIMS = (128, 256)  # attn_partials_q8_mma_n<NT8>: q8/q8, no sparse V, dense / nb 1
+MMA_MAX_COLS = 32  # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
+# the kernels_cuda module (NVRTC compiles each alone) of each rung's kernel, and the combine's;
+# a plan's options go to its rung's module, the combine's module takes none
+KERNEL_MODULE = {"v0": "attention_v0", "v1": "attention_v1", "mma": "attention_mma"}
+COMBINE_KERNEL = "attn_combine"  # the combine kernel after v1 / mma partials
+COMBINE_MODULE = "attention_combine"
+
+# Norm-wise relative error against golden (||gpu - golden|| / ||golden||) that each rung's
+# precision implies; an AttentionPlan carries its rung's (the bench checks against plan.tol).
+TOL_ATTN = 1e-4  # v0 / v1: same stored codes, float32 exp2 and sums over up to 128k
+# tokens in another order (error grows ~sqrt(terms)·eps per split sum)
+TOL_ATTN_MMA = 1e-3  # mma rounds each p and each code·d_v to fp16: a term is off by
+# <= 2u + u^2 ~ 9.8e-4 relative (u = 2^-11), the norm-wise worst case
+# (attention on one token puts it all on that token's V row); measured 2e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionPlan:
+    """What one decode-attention call launches, decided on the host before any launch.
+
+    rung      "v0" | "v1" | "mma" (RUNGS["attention"])
+    kernel    the partials kernel (attn_partials_<K>_<V>, attn_partials_q8_mma_n<NT8> or
+              attn_partials_q8_mma_sel_n1), or attention_v0_<K>_<V> (v0: the whole decode)
+    combine   the kernel that combines the partials ("attn_combine"); None for v0
+    n_splits  S, splits per row; None for v0 (no partials) and in plan_rung's GPU-free plan
+    threads   threads per CTA of `kernel`
+    smem      dynamic shared memory per CTA of `kernel`, bytes (0: v0 / v1 use static only)
+    options   the NVRTC options `kernel` compiles with: its shape -D's, then the caller's
+    tol       norm-wise relative error against golden that the rung's precision implies:
+              TOL_ATTN_MMA for mma (fp16 P.V), TOL_ATTN for v0 / v1 (float32)
+    why       why a faster rung did not apply, or that impl= asked for this one; None for mma
+    """
+
+    rung: str
+    kernel: str
+    combine: str | None
+    n_splits: int | None
+    threads: int
+    smem: int
+    options: tuple
+    tol: float
+    why: str | None = None
+
+
+# ---- NVRTC options --------------------------------------------------------------------------
+def shape_options(hd, n_rep):
+    """-D options of the partials' compile-time shape (attention.cuh; none for its defaults)."""
+    return () if (hd, n_rep) == _DEFAULT_SHAPE else (f"-DATTN_HD={hd}", f"-DATTN_NREP={n_rep}")
+
+
+def v0_options(hd):
+    """-D options of attention_v0.cu's head_dim (its default is 256)."""
+    return () if hd == 256 else (f"-DATTN_V0_HD={hd}",)
+
+
+def options_arg(options):
+    """options= as a tuple of str; a bare string is refused (it would be read char by char)."""
+    if isinstance(options, (str, bytes)) or not isinstance(options, (tuple, list)):
+        raise TypeError(f"options must be a tuple of NVRTC option strings, got {options!r}")
+    for o in options:
+        if not isinstance(o, str):
+            raise TypeError(f"options must hold strings, got {type(o).__name__} {o!r}")
+    return tuple(options)
+
+
+def _opt_value(options, name, default):
+    """The int that -D<name>=<int> sets among options (the last one, as the compiler reads
+    them), else default."""
+    for o in reversed(options):
+        if o.startswith(f"-D{name}="):
+            return int(o.split("=", 1)[1])
+    return default
+
+
+# ---- the tensor-core (mma) kernels -----------------------------------------------------------
+def _mma_nw(options):
+    """Warps per CTA of attn_partials_q8_mma_n<NT8>: mirrors mma_attn::Cfg (attention_mma.cuh)."""
+    return _opt_value(options, "MMA_NW", 0) or 4
+
+
+def _mma_nst(options):
+    """Pipeline stages of attn_partials_q8_mma_n<NT8>: mirrors mma_attn::Cfg."""
+    return _opt_value(options, "MMA_NSTAGE", 0) or 2
+
+
+def mma_smem_bytes(hd, nt8, options=()):
+    """Dynamic shared memory, in bytes, of attn_partials_q8_mma_n<nt8> at head_dim hd (the
+    selective kernel _sel_n1 has n1's), compiled with `options` (MMA_NW, MMA_NSTAGE change it).
+    Mirrors mma_attn::Lay in kernels_cuda/attention_mma.cuh; tests/test_gpu_attention_mma.py
+    checks it against the kernel's own attn_mma_smem_bytes. Needs no GPU."""
+    if hd not in MMA_HEAD_DIMS:
+        raise ValueError(f"hd must be one of {MMA_HEAD_DIMS} (the mma kernels'), got {hd!r}")
+    nt8 = _int_arg("nt8", nt8, 1)
+    if nt8 > MMA_MAX_COLS // 8:
+        raise ValueError(f"nt8 must be in 1..{MMA_MAX_COLS // 8}, got {nt8}")
+    options = options_arg(options)
+    nw, nst = _mma_nw(options), _mma_nst(options)
+    bt, ng, nch, ncol = 16 * nw, hd // 32, hd // 16, 8 * nt8
+    pst = 8 * (nt8 if nt8 % 2 else nt8 + 1)
+    return (
+        2 * nst * bt * hd  # K and V stages (int8)
+        + 2 * nst * bt * ng * 2  # d_k and d_v stages (fp16)
+        + nch * nt8 * 32 * 16  # q fragments (fp16 hi + lo)
+        + bt * pst * 2  # P (fp16)
+        + 2 * ncol * nw * 4  # warp maxima and warp l
+        + ncol * 4  # running max
+        + nw * 4  # q maxima
+    )
+
+
+def mma_kernel_name(nb, n_rep, selective=False):
+    """The mma partials kernel for nb rows of n_rep heads: attn_partials_q8_mma_n<NT8> for dense
+    rows, NT8 = ceil(nb * n_rep / 8) <= 4; attn_partials_q8_mma_sel_n1 when the (single) row
+    may be selective. The selective path is a compile-time flag in attention_mma.cu, so dense
+    rows never pay for it."""
+    nb, n_rep = _int_arg("nb", nb, 1), _int_arg("n_rep", n_rep, 1)
+    selective = _bool_arg("selective", selective)
+    if nb * n_rep > MMA_MAX_COLS:
+        raise ValueError(
+            f"nb * n_rep = {nb} * {n_rep} is over the mma kernels' {MMA_MAX_COLS} columns"
+        )
+    nt8 = -(-nb * n_rep // 8)
+    if selective:
+        if nb != 1 or nt8 != 1:
+            raise ValueError(
+                f"the selective mma kernel takes one row of <= 8 heads, got nb={nb}, n_rep={n_rep}"
+            )
+        return "attn_partials_q8_mma_sel_n1"
+    return f"attn_partials_q8_mma_n{nt8}"
+
+
+# ---- the rung ---------------------------------------------------------------------------------
+def check_impl(impl):
+    """impl= of every call: None or one of IMPLS (GPU-free, so calls check it first)."""
+    if impl is not None and (not isinstance(impl, str) or impl not in IMPLS):
+        raise ValueError(f"impl must be None or one of {IMPLS}, got {impl!r}")
+
+
+def _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, max_smem):
+    """None where the mma rung applies, else the first reason it does not."""
+    if (k_kind, v_kind) != ("q8", "q8"):
+        return f"cache kinds ({k_kind}, {v_kind}) are not q8/q8"
+    if hd not in MMA_HEAD_DIMS:
+        return f"head_dim {hd} not in {MMA_HEAD_DIMS}"
+    if nb * n_rep > MMA_MAX_COLS:
+        return f"nb * n_rep = {nb * n_rep} > {MMA_MAX_COLS}"
+    if selective and (nb != 1 or n_rep > 8):
+        # each selective row reads its own token list, so rows cannot share one tile's K/V
+        return "selective rows (sel_n given) take the mma kernel only for nb = 1, n_rep <= 8"
+    if sparse_v > 0.0:
+        return "sparse_v > 0 uses v1"
+    need = mma_smem_bytes(hd, -(-nb * n_rep // 8), options)
+    if max_smem is not None and need > max_smem:
+        return (
+            f"the mma kernel needs {need} B of shared memory per block, more than the "
+            f"{max_smem} B a block may have here (max_smem)"
+        )
+    return None
+
+
+def _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem):
+    """(rung, why): impl when given (ValueError where mma does not apply), else "mma" where it
+    applies, else "v1" and the first reason it does not."""
+    if impl in ("v0", "v1"):
+        return impl, f"impl={impl!r} asked for"
+    why = _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, max_smem)
+    if why is None:
+        return "mma", None
+    if impl == "mma":
+        raise ValueError(f"impl='mma' does not apply: {why}")
+    return "v1", why
+
+
+def _plan_shape(
+    k_kind,
+    v_kind,
+    hd,
+    n_rep,
+    nb,
+    *,
+    sparse_v=0.0,
+    selective=False,
+    impl=None,
+    options=(),
+    max_smem=None,
+):
+    """The GPU-free plan of a call on this shape (n_splits None): plan_rung without a cache."""
+    check_impl(impl)
+    nb = _int_arg("nb", nb, 1)
+    sparse_v = _sparse_arg(sparse_v)
+    selective = _bool_arg("selective", selective)
+    options = options_arg(options)
+    if max_smem is not None:
+        max_smem = _int_arg("max_smem", max_smem, 0)
+    pair = KIND_PAIRS.get((k_kind, v_kind))
+    if pair is None:
+        raise ValueError(
+            f"cache kinds (k {k_kind!r}, v {v_kind!r}) have no kernel; "
+            f"supported: {sorted(KIND_PAIRS)}"
+        )
+    rung, why = _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem)
+    if rung == "v0":  # one warp per (row, q head)
+        v0 = v0_options(hd) + options
+        return AttentionPlan("v0", "attention_v0_" + pair, None, None, 32, 0, v0, TOL_ATTN, why)
+    opts = shape_options(hd, n_rep) + options
+    if rung == "v1":
+        threads = 32 * _opt_value(opts, "ATTN_NWARP", V1_NWARP)
+        kern = "attn_partials_" + pair
+        return AttentionPlan("v1", kern, COMBINE_KERNEL, None, threads, 0, opts, TOL_ATTN, why)
+    nt8 = -(-nb * n_rep // 8)
+    return AttentionPlan(
+        "mma",
+        mma_kernel_name(nb, n_rep, selective),
+        COMBINE_KERNEL,
+        None,
+        32 * _mma_nw(opts),
+        mma_smem_bytes(hd, nt8, opts),
+        opts,
+        TOL_ATTN_MMA,
+        None,
+    )
+
+
+def _cache_shape(cache):
+    """(k_kind, v_kind, head_dim, n_rep) of anything with cfg, k_kind and v_kind."""
+    for a in ("cfg", "k_kind", "v_kind"):
+        if not hasattr(cache, a):
+            raise TypeError(
+                f"cache must be a KVCache (qwenref.gpu or qwenref.golden; no attribute {a!r}), "
+                f"got {type(cache).__name__}"
+            )
+    hd = cache.cfg.head_dim
+    if hd not in HEAD_DIMS:
+        raise ValueError(f"cache.cfg.head_dim must be one of {HEAD_DIMS}, got {hd}")
+    return cache.k_kind, cache.v_kind, hd, cache.cfg.n_rep
+
+
+def plan_rung(cache, nb, *, sparse_v=0.0, selective=False, impl=None, options=(), max_smem=None):
+    """Everything of plan() that needs no GPU: the rung, its kernels, threads, shared memory,
+    options, tol and why; n_splits stays None (attn_partials / decode_attention resolve it
+    when given such a plan). cache: anything with cfg, k_kind, v_kind (a golden KVCache too).
+    selective: rows may be selective (sel_n given). impl: None (mma where it applies, else v1),
+    or "v0" / "v1" / "mma" (ValueError where mma does not apply). max_smem: the shared memory
+    one block may opt into, in bytes; the mma rung needs its kernel's mma_smem_bytes within it
+    (None: not checked; plan() and the calls pass the device's)."""
+    k_kind, v_kind, hd, n_rep = _cache_shape(cache)
+    return _plan_shape(
+        k_kind,
+        v_kind,
+        hd,
+        n_rep,
+        nb,
+        sparse_v=sparse_v,
+        selective=selective,
+        impl=impl,
+        options=options,
+        max_smem=max_smem,
+    )
+
+
+def _plan_rung_here(cache, nb, sparse_v, selective, impl, options, max_smem):
+    """plan_rung with max_smem None meaning this device's limit, read only when the mma rung is
+    in question (so a plan of any other rung needs no GPU)."""
+    kw = dict(sparse_v=sparse_v, selective=selective, impl=impl, options=options)
+    p = plan_rung(cache, nb, max_smem=max_smem, **kw)
+    if p.rung == "mma" and max_smem is None:
+        limit = device_limits().smem_per_block_optin
+        if p.smem > limit:
+            p = plan_rung(cache, nb, max_smem=limit, **kw)
+    return p
+
+
+def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None, max_smem=None):
+    """plan_rung(...).rung: "mma" (tensor cores) for q8/q8 caches with hd 128/256, no sparse V,
+    nb * n_rep <= 32, the kernel's shared memory within max_smem (None: not checked), and dense
+    rows or a single selective row (sel_n given, nb = 1, n_rep <= 8: its token list is read
+    through sel_idx); "v1" otherwise. impl="v0" / "v1" force that rung; impl="mma" raises
+    ValueError where the mma kernel does not apply."""
+    return plan_rung(
+        cache, nb, sparse_v=sparse_v, selective=sel_n is not None, impl=impl, max_smem=max_smem
+    ).rung
+
+
+def rung_kernel(
+    family, impl=None, *, kind="q8", nb=1, n_rep=6, hd=256, selective=False, sparse_v=0.0
+):
+    """The kernel a rung of `family` launches for this shape, by name (for the bench's records):
+    v0 "attention_v0_<K>_<V>" (the whole decode, one launch); v1 "attn_partials_<K>_<V>" and
+    mma "attn_partials_q8_mma_n<NT8>" / "attn_partials_q8_mma_sel_n1" (the partials; attn_combine
+    follows both). impl=None: choose_impl's choice (shared memory not checked). kind: a cache
+    kind (layout.CACHE_KINDS); defaults: one row of the Qwen3.5-27B shape (n_rep 6, hd 256).
+    The plan's kernel field."""
+    if family not in RUNGS:
+        raise ValueError(f"family must be one of {tuple(RUNGS)}, got {family!r}")
+    k_kind, v_kind = side_kinds(kind)
+    n_rep = _int_arg("n_rep", n_rep, 1)
+    if hd not in HEAD_DIMS:
+        raise ValueError(f"hd must be one of {HEAD_DIMS}, got {hd!r}")
+    return _plan_shape(
+        k_kind, v_kind, hd, n_rep, nb, sparse_v=sparse_v, selective=selective, impl=impl
+    ).kernel
+
+
+# ---- the split count and the whole plan ---------------------------------------------------------
+def splits_arg(n_splits):
+    """n_splits as an int in 1..MAX_SPLITS."""
+    n_splits = _int_arg("n_splits", n_splits, 1)
+    if n_splits > MAX_SPLITS:
+        raise ValueError(f"n_splits must be <= {MAX_SPLITS}, got {n_splits}")
+    return n_splits
+
+
+def plan_kernel(p):
+    """The compiled kernel of plan p (NVRTC on first use; the module is cached), opted into
+    the dynamic shared memory p needs above the 48 KB every device allows."""
+    if not isinstance(p, AttentionPlan):
+        raise TypeError(f"p must be an AttentionPlan, got {type(p).__name__}")
+    kern = kernel(KERNEL_MODULE[p.rung], p.kernel, p.options)
+    if p.smem > 48 * 1024 and getattr(kern, "max_dynamic_shared_size_bytes", 0) < p.smem:
+        kern.max_dynamic_shared_size_bytes = p.smem
+    return kern
+
+
+def _resolve_splits(p, cache, nb, base_pos, selective, width, n_splits):
+    """p with its split count: n_splits when given, else the kernel's own (GPU: registers and
+    the device's limits) for rows that end at base_pos + nb (None: at len(cache)), or at most
+    `width` tokens when selective (width 0: unknown, the dense bound)."""
+    if p.rung == "v0":
+        return p
+    if n_splits is None:
+        if base_pos is None:
+            base_pos = max(len(cache) - nb, 0)
+        n_vis_max = base_pos + nb
+        if selective and width > 0:
+            n_vis_max = min(n_vis_max, width)
+        kern, nkv = plan_kernel(p), cache.cfg.nkv
+        n_splits = (
+            mma_n_splits(kern, p.smem, p.threads, n_vis_max, nkv)
+            if p.rung == "mma"
+            else auto_n_splits(kern, n_vis_max, nkv, nb, nwarp=p.threads // 32)
+        )
+    return dataclasses.replace(p, n_splits=n_splits)
+
+
+def plan(
+    cache,
+    nb,
+    *,
+    base_pos=None,
+    sparse_v=0.0,
+    selective=False,
+    width=0,
+    impl=None,
+    n_splits=None,
+    options=(),
+    max_smem=None,
+):
+    """The AttentionPlan of decode_attention / attn_partials on nb rows of `cache` (arguments
+    as there): rung (impl=None: "mma" where it applies, else "v1" and why), kernels, threads,
+    shared memory, NVRTC options (the shape's, then `options`), tol, and n_splits — the given
+    one, or the kernel's own for rows at base_pos .. base_pos + nb - 1 (None: the cache's last
+    nb tokens), each seeing at most `width` tokens when selective.
+    max_smem: the shared memory one block may opt into (None: the device's, read when the mma
+    rung is in question; give it to plan for another device, or to force the fallback to v1).
+    The GPU is needed for the automatic split count and the device's limit; plan_rung is the
+    rest."""
+    if base_pos is not None:
+        base_pos = _int_arg("base_pos", base_pos, 0)
+    width = _int_arg("width", width, 0)
+    n_splits = None if n_splits is None else splits_arg(n_splits)
+    p = _plan_rung_here(cache, nb, sparse_v, selective, impl, options, max_smem)
+    return _resolve_splits(p, cache, nb, base_pos, bool(selective), width, n_splits)
+
+
+# ---- a plan given to a call ----------------------------------------------------------------------
+_PLAN_FIELDS_CHECKED = ("rung", "kernel", "combine", "threads", "smem", "options", "tol")
+
+
+def check_plan_arg(plan, impl):
+    """GPU-free checks of a call's plan= (run before any other check of the call)."""
+    if plan is None:
+        return
+    if not isinstance(plan, AttentionPlan):
+        raise TypeError(
+            f"plan must be an AttentionPlan (gpu.attention.plan), got {type(plan).__name__}"
+        )
+    if impl is not None and impl != plan.rung:
+        raise ValueError(f"impl={impl!r} contradicts plan.rung={plan.rung!r}: give one")
+
+
+def call_plan(given, cache, nb, base_pos, sparse_v, selective, width, impl, n_splits, options):
+    """The plan a call runs: a fresh one (for this device), or `given` once it is checked to fit
+    the call (the plan the call would build with impl=given.rung, up to why and the split
+    count) and the device (its shared memory), so a reused plan never launches a kernel built
+    for another shape."""
+    if given is None:
+        p = _plan_rung_here(cache, nb, sparse_v, selective, impl, options, None)
+        return _resolve_splits(p, cache, nb, base_pos, selective, width, n_splits)
+    cfg = cache.cfg
+    shape = (
+        v0_options(cfg.head_dim) if given.rung == "v0" else shape_options(cfg.head_dim, cfg.n_rep)
+    )
+    extra = tuple(given.options[len(shape) :])
+    if tuple(given.options[: len(shape)]) != shape or (options and options_arg(options) != extra):
+        raise ValueError(
+            f"plan.options {given.options} do not fit this call (shape options "
+            f"{shape}, options={tuple(options)})"
+        )
+    try:
+        want = plan_rung(
+            cache, nb, sparse_v=sparse_v, selective=selective, impl=given.rung, options=extra
+        )
+    except ValueError as e:
+        raise ValueError(f"plan does not fit this call: {e}") from None
+    bad = [f for f in _PLAN_FIELDS_CHECKED if getattr(want, f) != getattr(given, f)]
+    if bad:
+        raise ValueError(
+            "plan does not fit this call: "
+            + "; ".join(
+                f"plan.{f} = {getattr(given, f)!r}, the call needs {getattr(want, f)!r}"
+                for f in bad
+            )
+        )
+    if given.rung == "mma" and given.smem > device_limits().smem_per_block_optin:
+        raise ValueError(
+            f"plan does not fit this device: plan.smem = {given.smem} B, a block may have "
+            f"{device_limits().smem_per_block_optin} B here (plan() takes v1 then)"
+        )
+    if given.rung == "v0":
+        return given
+    if given.n_splits is None:
+        return _resolve_splits(given, cache, nb, base_pos, selective, width, n_splits)
+    if n_splits is not None and n_splits != given.n_splits:
+        raise ValueError(
+            f"n_splits (or m_out's) = {n_splits} contradicts plan.n_splits = {given.n_splits}"
+        )
+    splits_arg(given.n_splits)
+    return given
