@@ -11,9 +11,6 @@ sweep (ladder_splits) adds sweep="n_splits" and the split count to its shape.
 
 from __future__ import annotations
 
-import sys
-import traceback
-
 import numpy as np
 
 from .. import timing
@@ -31,7 +28,7 @@ from .counting import (
     kv_bytes_per_token,
 )
 from .inputs import dense_cfg, fill_caches, host, poisoned, qwen_cfg, randn
-from .records import error_run, make_run, rel_err
+from .rungs import FAMILY_MODULE, family_rungs, ladder_runs, rotated_copies, rung_fields
 from .tolerances import TOL_ATTN, TOL_ATTN_MMA, TOL_CODES, TOL_F32, TOL_ROPE, TOL_SELECT
 
 __all__ = [
@@ -51,105 +48,6 @@ __all__ = [
     "ladder_cases",
 ]
 
-FAMILY_MODULE = {
-    "rms_norm": "norm",
-    "add_rms_norm": "norm",
-    "qk_norm_rope": "rope",
-    "wht": "wht",
-    "q8_append": "kvcache",
-    "turbo_append": "kvcache",
-    "update_block_keys": "indexer",
-    "block_scores": "indexer",
-    "select": "indexer",
-    "attention": "attention",
-    "gemv": "gemv",
-}
-
-
-def family_rungs(family):
-    """(rung names in teaching order, the stage module) of a kernel family."""
-    import importlib
-
-    mod = importlib.import_module(f"qwenref.gpu.{FAMILY_MODULE[family]}")
-    return tuple(mod.RUNGS[family]), mod
-
-
-def rung_fields(family, impl, default, **kshape):
-    """The ladder fields of one run: family, rung (index in teaching order), default, kernel."""
-    rungs, mod = family_rungs(family)
-    return {
-        "family": family,
-        "rung": rungs.index(impl),
-        "default": impl == default,
-        "kernel": mod.rung_kernel(family, impl, **kshape),
-        "bench": "ladder",
-    }
-
-
-def ladder_runs(
-    ctx,
-    stage,
-    family,
-    shape,
-    default,
-    once,
-    launch,
-    ref,
-    nbytes,
-    tol,
-    n_rot=1,
-    max_inner=64,
-    kshape=None,
-    floor_us=None,
-    impls=None,
-    err_fn=None,
-    extra=None,
-):
-    """Each rung of `family`: once(impl) -> its output on the host (outputs poisoned first),
-    checked against ref by err_fn (rel_err); then launch(impl, i) timed queued. tol: a number
-    or {impl: number}. One record per rung, each beside the read floor at nbytes (measured
-    here unless floor_us is given)."""
-    rungs, _ = family_rungs(family)
-    if floor_us is None:
-        floor_us = timing.floor_us(nbytes, ctx.n_rot(nbytes), ctx.batches).us
-    for impl in impls or rungs:
-        try:
-            got = once(impl)
-            err = (err_fn or rel_err)(got, ref)
-            tol_i = tol[impl] if isinstance(tol, dict) else tol
-            med, iqr = ctx.time(lambda i: launch(impl, i), n_rot, max_inner)
-            meta = rung_fields(family, impl, default, **(kshape or {}))
-            fl = {"floor_us": floor_us, "pct_of_floor": 100.0 * floor_us / med}
-            run = make_run(
-                stage,
-                meta.pop("kernel"),
-                shape,
-                med,
-                nbytes,
-                ctx.copy_gbps,
-                err,
-                tol_i,
-                iqr_us=iqr,
-                timing="queued",
-                **meta,
-                **fl,
-                **(extra or {}),
-            )
-            same_size = np.size(got) == np.size(ref)
-            ctx.add(run, ref if same_size else None, got if same_size else None)
-        except Exception as e:  # one broken rung must not hide the others
-            run = error_run(stage, f"{family} {impl}", shape, e)
-            run.update(family=family, rung=rungs.index(impl), bench="ladder")
-            ctx.add(run)
-            traceback.print_exc(limit=3, file=sys.stderr)
-
-
-def _copies(ctx, nbytes, *arrays):
-    """(n, [arrays, copy 1, ...]): enough copies of a call's arrays (inputs and outputs) that
-    one pass over them moves >= 2 x L2, so a small size is timed from DRAM, as the floor is."""
-    n = ctx.n_rot(nbytes)
-    return n, [arrays] + [tuple(a.copy() for a in arrays) for _ in range(n - 1)]
-
 
 def ladder_norm(ctx, rows=8192, n=5120):
     from .. import golden, gpu
@@ -159,7 +57,7 @@ def ladder_norm(ctx, rows=8192, n=5120):
     w = randn(cp, (n,), 0.1, outliers=False)
     y, s = poisoned(cp, (rows, n)), poisoned(cp, (rows, n))
     shape = {"rows": rows, "n": n}
-    nr, sets = _copies(ctx, bytes_norm(rows, n, True), x, r, y, s)
+    nr, sets = rotated_copies(ctx, bytes_norm(rows, n, True), x, r, y, s)
 
     def once_n(impl):
         y.fill(cp.nan)
@@ -218,7 +116,7 @@ def ladder_rope(ctx, nb=4096):
     pos = cp.asarray(pos_h)
     qo, ko = poisoned(cp, (nb, c.nh, hd)), poisoned(cp, (nb, c.nkv, hd))
     args = (qg, k, qw, kw, pos, c.rotary_dim, c.rope_theta, 1e-6)
-    nr, sets = _copies(ctx, bytes_rope(nb, c.nh, c.nkv, hd), qg, k, qo, ko)
+    nr, sets = rotated_copies(ctx, bytes_rope(nb, c.nh, c.nkv, hd), qg, k, qo, ko)
 
     def once(impl):
         qo.fill(cp.nan)
@@ -258,7 +156,7 @@ def ladder_wht(ctx, rows=65536, n=256):
     cp = ctx.cp
     x = randn(cp, (rows, n))
     y = poisoned(cp, (rows, n))
-    nr, sets = _copies(ctx, bytes_wht(rows, n), x, y)
+    nr, sets = rotated_copies(ctx, bytes_wht(rows, n), x, y)
 
     def once(impl):
         y.fill(cp.nan)
@@ -290,7 +188,7 @@ def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2")):
     max_inner = 2
     calls = 3 + 1 + ctx.batches * max_inner + 2
     k, v = randn(cp, (nb, c.nkv, c.head_dim)), randn(cp, (nb, c.nkv, c.head_dim))
-    nr, kv = _copies(ctx, 2 * k.nbytes, k, v)  # the cache's writes never repeat a position
+    nr, kv = rotated_copies(ctx, 2 * k.nbytes, k, v)  # the cache's writes never repeat a position
     for kind in kinds:
         family = "q8_append" if kind == "q8" else "turbo_append"
         gc = golden.KVCache(c, max_t=nb, kind=kind)

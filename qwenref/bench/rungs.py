@@ -1,0 +1,114 @@
+"""The ladder's machinery: which module owns each kernel family's rungs, the fields a rung's
+record carries, and ladder_runs, which checks and times every rung of one family at one size
+beside its read floor. The cases that call it live in ladder.py."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import numpy as np
+
+from .. import timing
+from .records import error_run, make_run, rel_err
+
+__all__ = ["FAMILY_MODULE", "family_rungs", "rung_fields", "ladder_runs", "rotated_copies"]
+
+FAMILY_MODULE = {
+    "rms_norm": "norm",
+    "add_rms_norm": "norm",
+    "qk_norm_rope": "rope",
+    "wht": "wht",
+    "q8_append": "kvcache",
+    "turbo_append": "kvcache",
+    "update_block_keys": "indexer",
+    "block_scores": "indexer",
+    "select": "indexer",
+    "attention": "attention",
+    "gemv": "gemv",
+}
+
+
+def family_rungs(family):
+    """(rung names in teaching order, the stage module) of a kernel family."""
+    import importlib
+
+    mod = importlib.import_module(f"qwenref.gpu.{FAMILY_MODULE[family]}")
+    return tuple(mod.RUNGS[family]), mod
+
+
+def rung_fields(family, impl, default, **kshape):
+    """The ladder fields of one run: family, rung (index in teaching order), default, kernel."""
+    rungs, mod = family_rungs(family)
+    return {
+        "family": family,
+        "rung": rungs.index(impl),
+        "default": impl == default,
+        "kernel": mod.rung_kernel(family, impl, **kshape),
+        "bench": "ladder",
+    }
+
+
+def ladder_runs(
+    ctx,
+    stage,
+    family,
+    shape,
+    default,
+    once,
+    launch,
+    ref,
+    nbytes,
+    tol,
+    n_rot=1,
+    max_inner=64,
+    kshape=None,
+    floor_us=None,
+    impls=None,
+    err_fn=None,
+    extra=None,
+):
+    """Each rung of `family`: once(impl) -> its output on the host (outputs poisoned first),
+    checked against ref by err_fn (rel_err); then launch(impl, i) timed queued. tol: a number
+    or {impl: number}. One record per rung, each beside the read floor at nbytes (measured
+    here unless floor_us is given)."""
+    rungs, _ = family_rungs(family)
+    if floor_us is None:
+        floor_us = timing.floor_us(nbytes, ctx.n_rot(nbytes), ctx.batches).us
+    for impl in impls or rungs:
+        try:
+            got = once(impl)
+            err = (err_fn or rel_err)(got, ref)
+            tol_i = tol[impl] if isinstance(tol, dict) else tol
+            med, iqr = ctx.time(lambda i: launch(impl, i), n_rot, max_inner)
+            meta = rung_fields(family, impl, default, **(kshape or {}))
+            fl = {"floor_us": floor_us, "pct_of_floor": 100.0 * floor_us / med}
+            run = make_run(
+                stage,
+                meta.pop("kernel"),
+                shape,
+                med,
+                nbytes,
+                ctx.copy_gbps,
+                err,
+                tol_i,
+                iqr_us=iqr,
+                timing="queued",
+                **meta,
+                **fl,
+                **(extra or {}),
+            )
+            same_size = np.size(got) == np.size(ref)
+            ctx.add(run, ref if same_size else None, got if same_size else None)
+        except Exception as e:  # one broken rung must not hide the others
+            run = error_run(stage, f"{family} {impl}", shape, e)
+            run.update(family=family, rung=rungs.index(impl), bench="ladder")
+            ctx.add(run)
+            traceback.print_exc(limit=3, file=sys.stderr)
+
+
+def rotated_copies(ctx, nbytes, *arrays):
+    """(n, [arrays, copy 1, ...]): enough copies of a call's arrays (inputs and outputs) that
+    one pass over them moves >= 2 x L2, so a small size is timed from DRAM, as the floor is."""
+    n = ctx.n_rot(nbytes)
+    return n, [arrays] + [tuple(a.copy() for a in arrays) for _ in range(n - 1)]
