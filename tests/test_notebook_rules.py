@@ -19,7 +19,6 @@ PENDING = {
     "04_kvcache_q8.ipynb",
     "05_kvcache_turbo.ipynb",
     "06_indexer.ipynb",
-    "07_attention_split_t.ipynb",
     "08_layer.ipynb",
 }
 NOTEBOOKS = [
