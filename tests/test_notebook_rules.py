@@ -19,7 +19,6 @@ PENDING = {
     "04_kvcache_q8.ipynb",
     "05_kvcache_turbo.ipynb",
     "06_indexer.ipynb",
-    "08_layer.ipynb",
 }
 NOTEBOOKS = [
     pytest.param(p, marks=pytest.mark.xfail(reason="not yet rewritten")) if p.name in PENDING else p
