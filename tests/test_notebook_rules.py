@@ -14,8 +14,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PENDING = {
     "04_kvcache_q8.ipynb",
     "05_kvcache_turbo.ipynb",
-    "07_attention_split_t.ipynb",
-    "08_layer.ipynb",
 }
 NOTEBOOKS = [
     pytest.param(p, marks=pytest.mark.xfail(reason="not yet rewritten")) if p.name in PENDING else p
