@@ -16,7 +16,6 @@ PENDING = {
     "01_norm.ipynb",
     "02_rope.ipynb",
     "03_wht.ipynb",
-    "05_kvcache_turbo.ipynb",
     "06_indexer.ipynb",
     "07_attention_split_t.ipynb",
     "08_layer.ipynb",
