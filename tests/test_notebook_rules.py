@@ -9,17 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# notebooks not yet rewritten to these rules (their tests may fail), each leaves this
-# set in the commit that rewrites it
-PENDING = {
-    "04_kvcache_q8.ipynb",
-    "05_kvcache_turbo.ipynb",
-}
-NOTEBOOKS = [
-    pytest.param(p, marks=pytest.mark.xfail(reason="not yet rewritten")) if p.name in PENDING else p
-    for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
-]
-IDS = [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+IDS = [p.name for p in NOTEBOOKS]
 MAX_CELL_LINES = 30  # a cell a reader takes in at a glance
 MAX_OUTPUT_LINES = 60  # about one screen
 BANNED = re.compile(r"\bthe seed\b|\bsession \d|\bissue \d|DESIGN\.md|METHOD\.md|/work/", re.I)
