@@ -279,14 +279,22 @@ def print_ladder(recs):
             f"{r.get('median_us', np.nan):10.2f} us {r.get('pct_of_copy', np.nan):5.1f}% copy "
             + (f"{pf:5.1f}% floor " if pf is not None else "")
             + f"{speed} rung 0"
-            + ("  <- above the floor: L2" if r in above_floor(recs) else "")
+            + _floor_note(r)
         )
+
+
+def _floor_note(r):
+    pf = r.get("pct_of_floor") or 0
+    if pf <= 100.0:
+        return ""
+    return "  <- above its floor: " + ("timing spread" if pf < 105.0 else "bytes from the L2")
 
 
 def above_floor(recs):
     """The runs faster than their read floor. The floor reads its bytes from DRAM (its buffers
-    rotate past 2 x L2); a run beats it only when some of its bytes came from the L2 (an input
-    reused between calls, or a working set smaller than the L2)."""
+    rotate past 2 x L2); a run beats it by more than the timing spread (a few %) only when
+    some of its bytes came from the L2 (an input reused between calls, or a working set
+    smaller than the L2)."""
     return [r for r in recs.runs if (r.get("pct_of_floor") or 0) > 100.0]
 
 
