@@ -1,6 +1,7 @@
 """qwenref.dev — tools for working on the kernels on a GPU machine, not part of the library's
-API (the library never imports them; the tests import sanitize when run under it): tuning sweeps and before/after timings, one-launch-per-kernel runs
-for Nsight Compute, and reading its exports. Each is a script:
+API (the library never imports them; the tests import sanitize when run under it): tuning
+sweeps and before/after timings, one-launch-per-kernel runs for Nsight Compute, reading its
+exports, and the tests under compute-sanitizer. Each is a script:
 
     python -m qwenref.dev.tune_attention     decode attention: rungs, split counts, NVRTC
                                              options, the read floor and torch SDPA, as graph
