@@ -195,6 +195,19 @@ def _styles(keys):
     return out
 
 
+def _major_ticks_only(ax):
+    """A log x axis spanning less than a decade labels its minor ticks, which then collide:
+    label the major (power-of-ten) ticks only, with at least one decade in view."""
+    from matplotlib.ticker import NullFormatter
+
+    for axis, lim, set_lim in ((ax.xaxis, ax.get_xlim(), ax.set_xlim),):
+        axis.set_minor_formatter(NullFormatter())
+        lo, hi = lim
+        if hi < 10 * lo:
+            mid = (lo * hi) ** 0.5
+            set_lim(mid / 10**0.5, mid * 10**0.5)
+
+
 def _finish(ax, recs, title):
     """Title, the records' source under it, the legend outside the data."""
     ax.set_title(title, pad=16)
@@ -225,6 +238,7 @@ def plot_ladder(recs, ax=None, title=None):
     ax.axhline(recs.copy_gbps, color="k", ls="--", lw=1, label=f"copy {recs.copy_gbps:.0f} GB/s")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _major_ticks_only(ax)
     ax.set_xlabel("bytes moved per call")
     ax.set_ylabel("GB/s (log)")
     _finish(ax, recs, title or f"{runs[0].get('family', runs[0].get('stage'))}: every rung")

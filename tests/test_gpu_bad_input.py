@@ -763,6 +763,9 @@ CPU_CASES = [
     ("layer indexer_head_dim 520",
      lambda: gpu.FullAttentionLayer(*_layer_args(CFG.replace(indexer_head_dim=520))), VE,
      "cfg.indexer_head_dim"),
+    ("layer n_rep * head_dim past the partials' merge",
+     lambda: gpu.FullAttentionLayer(*_layer_args(CFG.replace(
+         head_dim=256, num_attention_heads=24, num_key_value_heads=2))), VE, "cfg"),
     ("layer indexer queries past shared memory",
      lambda: gpu.FullAttentionLayer(*_layer_args(CFG.replace(indexer_n_heads=16,
                                                              indexer_head_dim=512))), VE, "cfg"),

@@ -69,7 +69,13 @@ from .attention_plan import (
 )
 
 # the calls, then the plan's names (attention_plan): one import serves callers of both
-__all__ = ["decode_attention", "attn_partials", "attn_combine", *attention_plan.__all__]
+__all__ = [
+    "decode_attention",
+    "attn_partials",
+    "attn_combine",
+    "check_merge_limit",
+    *attention_plan.__all__,
+]
 
 LOG2E = 1.0 / math.log(2.0)
 _COMBINE_NT = 256  # COMBINE_NT in attention_combine.cu (threads per combine CTA)
@@ -102,6 +108,17 @@ def _side_arrays(which, side, store, nkv, hd):
     return arrays[0], (arrays[1] if len(arrays) > 1 else None), max_t
 
 
+def check_merge_limit(cfg, name="cfg"):
+    """ValueError (starting with `name`) when a kv head's q heads do not fit the v1 partials'
+    shared-memory merge: n_rep * head_dim must stay within (48 KiB - 1 KiB) / (4 B * warps)."""
+    if V1_NWARP * cfg.n_rep * cfg.head_dim * 4 + 1024 > _V1_SMEM_LIMIT:
+        raise ValueError(
+            f"{name}: n_rep * head_dim = {cfg.n_rep} * {cfg.head_dim} is too large for the "
+            f"partials kernel's shared-memory merge (at most "
+            f"{(_V1_SMEM_LIMIT - 1024) // (4 * V1_NWARP)})"
+        )
+
+
 def _check_cache(cache):
     """(k data, k scales, v data, v scales, max_t) of a gpu.KVCache, every array checked."""
     for a in ("cfg", "k_kind", "v_kind", "k_store", "v_store", "k_rotated", "v_rotated"):
@@ -119,12 +136,7 @@ def _check_cache(cache):
     cfg = cache.cfg
     if cfg.head_dim not in HEAD_DIMS:
         raise ValueError(f"cache.cfg.head_dim must be one of {HEAD_DIMS}, got {cfg.head_dim}")
-    if V1_NWARP * cfg.n_rep * cfg.head_dim * 4 + 1024 > _V1_SMEM_LIMIT:
-        raise ValueError(
-            f"cache: n_rep * head_dim = {cfg.n_rep} * {cfg.head_dim} is too large for the "
-            f"partials kernel's shared-memory merge (at most "
-            f"{(_V1_SMEM_LIMIT - 1024) // (4 * V1_NWARP)})"
-        )
+    check_merge_limit(cfg, "cache")
     kd, ks, kt = _side_arrays("k", cache.k_kind, cache.k_store, cfg.nkv, cfg.head_dim)
     vd, vs, vt = _side_arrays("v", cache.v_kind, cache.v_store, cfg.nkv, cfg.head_dim)
     if kt != vt:

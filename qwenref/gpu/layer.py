@@ -70,6 +70,7 @@ def _ops():
         decode_attention=attention.decode_attention,
         attention_plan=attention.plan,
         attention_head_dims=attention.HEAD_DIMS,
+        check_merge_limit=attention.check_merge_limit,
         max_splits=attention.MAX_SPLITS,
         check_select_limits=indexer.check_select_limits,
         max_ihd=indexer.MAX_IHD,
@@ -80,14 +81,16 @@ def _ops():
 def _check_kernel_limits(cfg):
     """The config's sizes the kernels take, checked when a layer is built so that no step stops
     half-way on them (ValueError naming the cfg field): head_dim one of the attention kernels'
-    HEAD_DIMS, indexer_head_dim <= the indexer's MAX_IHD, and a row's indexer queries within
-    the scoring kernel's shared memory."""
+    HEAD_DIMS and n_rep * head_dim within the partials' shared-memory merge, indexer_head_dim
+    <= the indexer's MAX_IHD, and a row's indexer queries within the scoring kernel's shared
+    memory."""
     op = _ops()
     if cfg.head_dim not in op.attention_head_dims:
         raise ValueError(
             f"cfg.head_dim must be one of {op.attention_head_dims} (the attention kernels'), "
             f"got {cfg.head_dim}"
         )
+    op.check_merge_limit(cfg, "cfg")
     if cfg.has_indexer:
         if cfg.indexer_head_dim > op.max_ihd:
             raise ValueError(
