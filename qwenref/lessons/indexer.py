@@ -1,15 +1,17 @@
 """Notebook 06 (the QSA indexer): a synthetic world where the indexer has something to find, the
-experiments run on it (scores, selection masks, recall against an oracle, a planted needle), the
-needle slider's figure, the float64 references of the errors section, the GPU rung check, the
-time figures read from records, and the exercises' checkers.
+experiments on it (scores, selection, recall, a needle, the slider), float64 references, the GPU
+rung check, kernel lines, the time figures from records, the exercise checker.
 
-The world: every segment of SEG tokens is about one of N_TOPICS random directions (text is
-locally coherent); a query asks for two topics. The attention sees rope(rms_norm(.)) of the raw
-vectors (the layer's q/k path); the "aligned" indexer sees the same raw vectors cut to the
-indexer's heads and width (indexer query heads = attention q heads 0..inh-1, which read kv head
-0; indexer key = kv head 0's raw key), the "misaligned" one independent random projections."""
+The world: every segment of SEG tokens is about one of N_TOPICS random directions; a query asks
+for two. The attention sees rope(rms_norm(.)) of the raw vectors; the "aligned" indexer the same
+raw vectors cut to its heads and width (q heads 0..inh-1, which read kv head 0, and kv head 0's
+raw key), the "misaligned" one independent random projections."""
 
 from __future__ import annotations
+
+import contextlib
+import io
+import os
 
 import numpy as np
 
@@ -19,10 +21,9 @@ from ..config import AttnConfig
 __all__ = """
 CFG SEG N_TOPICS FAMILIES make_world topic_queries attn_keys attn_queries index_queries
 GOLDEN_SOURCE fill_cache dense_probs KEPT LATEST selection_matrix recall Needle
-needle_view norm_rope_f64 block_keys_f64 scores_f64 selection_margin group_filter plot_scores
-plot_selection plot_recall plot_needle_ranks gpu_rung_check
-recorded_error_samples plot_error_hist show_ladder indexer_ladders plot_against_T qsa_parts
-plot_qsa_parts check_n_visible
+needle_view norm_rope_f64 block_keys_f64 scores_f64 selection_margin group_filter show_lines
+plot_scores plot_selection plot_recall plot_needle_places gpu_rung_check recorded_error_samples
+plot_error_hist indexer_ladders by_rung plot_against_T qsa_parts plot_qsa_parts check_n_visible
 """.split()
 
 CFG = AttnConfig.tiny()
@@ -43,17 +44,14 @@ def _int(name, v, lo, hi=None):
     return int(v)
 
 
-def _finish(ax, source=None, size=8):
+def _finish(ax, source=None, size=8, legend=True):
     """Legend outside the data; the data's source under the figure (below its x label)."""
-    ax.legend(fontsize=size, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    if legend:
+        ax.legend(fontsize=size, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     if source:
-        _source_line(ax, source)
-
-
-def _source_line(ax, text):
-    """The data's source under ax's x label, from the figure's left edge."""
-    kw = dict(textcoords="offset points", fontsize=7, color="0.35", va="top")
-    ax.annotate(text, (0.01, 0), xycoords=("figure fraction", ax.xaxis.label), xytext=(0, -3), **kw)
+        kw = dict(textcoords="offset points", fontsize=7, color="0.35", va="top")
+        xy = ("figure fraction", ax.xaxis.label)
+        ax.annotate(source, (0.01, 0), xycoords=xy, xytext=(0, -3), **kw)
 
 
 # ---- the world --------------------------------------------------------------------------------
@@ -196,10 +194,10 @@ class Needle:
         p = dense_probs(self.q, K, self.t)
         o, u = golden.decode_attention(self.q, K[:, idx], V[:, idx]), self.u_heads  # [nh, hd]
         cos = np.sum(o * u, -1) / np.linalg.norm(o, axis=-1) / np.linalg.norm(u, axis=-1)
-        j = pos // R  # the needle's block (j >= nc: the tail, always seen)
-        rank = int((sc[:-1] > sc[j]).sum()) if j < nc - 1 else 0
+        j = pos // R  # the needle's block; the latest (nc - 1) and the tail are always kept
+        place = 1 + int((sc[:-1] > sc[j]).sum()) if j < nc - 1 else None  # 1 = best
         return dict(
-            scores=sc, blocks=blocks, idx=idx, found=bool(j >= nc or mask[j]), rank=rank,
+            scores=sc, blocks=blocks, idx=idx, found=bool(j >= nc or mask[j]), place=place,
             mass=float(p[:, idx].sum(-1).mean()), needle_p=float(p[:, pos].mean()),
             cos=float(cos.mean()),
         )  # fmt: skip
@@ -229,9 +227,10 @@ def needle_view(needle, budget=128, R=8, pos=100, ax=None):
     ax.set_xlabel("token (each bar: one block of R tokens)")
     ax.set_ylabel("block score")
     verdict = "kept" if s["found"] else "MISSED"
+    where = "always kept" if s["place"] is None else f"place {s['place']}"
     ax.set_title(
         f"R = {R}, kblk = {kblk} blocks ({kblk * R} tokens): needle block {verdict} "
-        f"(rank {s['rank']}), mass kept {s['mass']:.2f}, cos(out, u) {s['cos']:.2f}",
+        f"({where}), mass kept {s['mass']:.2f}, cos(out, u) {s['cos']:.2f}",
         fontsize=9,
     )
     _finish(ax, GOLDEN_SOURCE + f"; needle loudness {needle.strength:g}")
@@ -284,20 +283,40 @@ def group_filter(scores, K, Q=2):
     return m, np.flatnonzero(s >= m)
 
 
+def show_lines(file, name, first, last):
+    """Show the lines of kernel excerpt (file, name) from the first one containing `first`
+    through the next one containing `last`; ValueError naming the marker that is missing."""
+    from IPython.display import display  # print() outside IPython
+
+    from ..excerpts import Excerpts, kernel_excerpt
+
+    lines = kernel_excerpt(file, name).split("\n")
+    i = next((n for n, line in enumerate(lines) if first in line), None)
+    j = next((n for n in range(i or 0, len(lines)) if last in lines[n]), None)
+    if i is None or j is None:
+        raise ValueError(f"{'first' if i is None else 'last'}: not in {file}: {name}")
+    title = f"// kernels_cuda/{file}: {name}, lines {i + 1}-{j + 1}"
+    display(Excerpts([(title, "\n".join(lines[i : j + 1]))]))
+
+
 # ---- figures of the world experiments ---------------------------------------------------------
-def plot_scores(S, marks, source=GOLDEN_SOURCE):
-    """Heatmap of score[t, j]; marks: [(row, [blocks])] drawn as red triangles."""
+def plot_scores(S, marks, R, band, source=GOLDEN_SOURCE):
+    """Heatmap of score[t, j]; marks: [(r0, [blocks])], the blocks about the topics of the rows
+    r0..r0+band-1, each drawn as a red triangle on the first of those rows that can score it
+    (block j is complete from row (j+1)R - 1 on); blocks not complete in the band: no mark."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.0))
     im = ax.imshow(S, aspect="auto", cmap="viridis", interpolation="nearest")
     for r0, js in marks:
-        ax.plot(js, [r0 + 2] * len(js), "rv", ms=4)
+        y = np.maximum(r0, (np.asarray(js) + 1) * R - 1)  # the first row that scores block j
+        ok = y < r0 + band
+        ax.plot(np.asarray(js)[ok], y[ok] + 1, "rv", ms=4, clip_on=False)
     ax.set_xlabel("block j")
     ax.set_ylabel("query row t")
-    ax.set_title("block scores (red ▼: blocks about the topics the rows ask for)")
+    ax.set_title("block scores (red ▼: a block about the band's topics, where it is complete)")
     fig.colorbar(im, ax=ax, label="score")
-    _source_line(ax, source)
+    _finish(ax, source, legend=False)
 
 
 def plot_selection(M, kblk, R, source=GOLDEN_SOURCE):
@@ -337,17 +356,17 @@ def plot_recall(budgets, rec, R, T, n_rows, source=GOLDEN_SOURCE):
     _finish(ax, source)
 
 
-def plot_needle_ranks(strengths, ranks, kblks=(4, 16), source=GOLDEN_SOURCE):
-    """The needle block's place among the other candidates against its loudness."""
+def plot_needle_places(strengths, places, kblks=(4, 16), source=GOLDEN_SOURCE):
+    """The needle block's place among the other candidates (1 = best) against its loudness."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.0))
-    ax.plot(strengths, np.array(ranks) + 1, "o-", label="needle block's place")
+    ax.plot(strengths, places, "o-", label="needle block's place")
     for kb, c in zip(kblks, ("tab:red", "tab:green")):
         ax.axhline(kb - 0.5, color=c, ls="--", lw=1, label=f"kblk = {kb}: kept below this line")
     ax.set_yscale("log")
     ax.set_xlabel("needle raw-key loudness (x a typical key)")
-    ax.set_ylabel("place (1 = best)")
+    ax.set_ylabel("place (1 = best, log)")
     ax.set_title("the needle block climbs as the needle gets louder")
     ax.grid(alpha=0.3)
     _finish(ax, source)
@@ -393,83 +412,64 @@ def gpu_rung_check(Ts=(4096, 32768), nb=4, seed=11):
         base, q_dev = T - nb, cp.asarray(iq)
         ncs = [(base + b + 1) // R for b in range(nb)]
         ref = [golden.row_selection(base + b, iq[b], bkeys, R, kblk)[0] for b in range(nb)]
+        ref_sc = [golden.block_scores(iq[b], bkeys[: ncs[b]]) for b in range(nb)]
         for impl in ("v0", "v1"):
             gpu.update_block_keys(cache, cp.asarray(kn), c, 0, T, impl=impl)
             k_err = relerr(cp.asnumpy(cache.blk_keys[: T // R]), bkeys)
             sc = cp.asnumpy(gpu.block_scores(q_dev, cache, base, impl=impl))
-            s_err = max(
-                relerr(sc[b, : ncs[b]], golden.block_scores(iq[b], bkeys[: ncs[b]]))
-                for b in range(nb)
-            )
+            s_err = max(relerr(sc[b, : ncs[b]], ref_sc[b]) for b in range(nb))
             si, sn, _ = (cp.asnumpy(a) for a in gpu.select_rows(q_dev, cache, base, c, impl=impl))
             same = sum(np.array_equal(si[b, : sn[b]], ref[b]) for b in range(nb))
-            print(
-                f"T = {T:6d} {impl}: block keys rel err {k_err:.1e}, scores rel err "
-                f"{s_err:.1e}, rows with golden's token list {same}/{nb}"
-            )
+            print(f"T = {T:6d} {impl}: block keys rel err {k_err:.1e}, scores rel err "
+                  f"{s_err:.1e}, rows with golden's token list {same}/{nb}")  # fmt: skip
 
 
 def recorded_error_samples():
-    """{label: |gpu - golden| / max |golden|} of the recorded ladder runs that kept samples
-    (results/nvidia-h200.npz), and the line saying where they were recorded."""
+    """{label: |gpu - golden| / max |golden|} per kernel, its recorded ladder runs' samples
+    (results/nvidia-h200.npz) pooled over T, and the line saying where they were recorded."""
     from ..nbutil import load_results, load_samples, recorded
 
     recs = recorded(lambda r: r.get("bench") == "ladder" and r.get("family") in FAMILIES)
     runs, samples = (load_results() or {}).get("runs", []), load_samples()
-    out = {}
-    for r in recs.runs:
-        i = runs.index(r)
+    errs, Ts = {}, {}
+    for r in sorted(recs.runs, key=lambda r: r["shape"]["T"]):
+        i, k = runs.index(r), r["kernel"]
         g, d = samples.get(f"{i}_golden"), samples.get(f"{i}_gpu")
         if g is not None and r["family"] != "select":
-            lab = f"{r['kernel']} (T = {r['shape'].get('T')})"
-            out[lab] = np.abs(d.astype(np.float64) - g) / max(np.abs(g).max(), 1e-30)
-    return out, recs.source
+            e = np.abs(d.astype(np.float64) - g) / max(np.abs(g).max(), 1e-30)
+            errs[k], Ts[k] = errs.get(k, []) + [e.ravel()], Ts.get(k, []) + [r["shape"]["T"]]
+    label = {k: f"{k} (T = {', '.join(f'{t // 1024}k' for t in v)})" for k, v in Ts.items()}
+    return {label[k]: np.concatenate(v) for k, v in errs.items()}, recs.source
 
 
 def plot_error_hist(errors, source):
-    """Log-x histograms of relative errors {label: array}; exact zeros are counted in the label
-    (a log axis has no place for them) and series equal to an earlier one are merged into its
-    label rather than drawn on top of it."""
+    """Log-x histograms of relative errors {label: array}, as fractions of each series' samples;
+    exact zeros are counted in the label (a log axis has no place for them) and series equal to
+    an earlier one are merged into its label rather than drawn on top of it."""
     import matplotlib.pyplot as plt
 
     merged = {}
     for lab, v in errors.items():
         v = np.abs(np.ravel(v))
-        same = [k for k, w in merged.items() if w.shape == v.shape and np.array_equal(w, v)]
-        if same:
-            merged[f"{same[0]} = {lab}"] = merged.pop(same[0])
-        else:
-            merged[lab] = v
+        same = next((k for k, w in merged.items() if np.array_equal(w, v)), None)
+        merged[f"{same} = {lab}" if same else lab] = merged.pop(same) if same else v
     fig, ax = plt.subplots(figsize=(6.5, 3.2))
     nz = np.concatenate([v[v > 0] for v in merged.values()])
     bins = np.logspace(np.log10(nz.min()), np.log10(nz.max()), 40)
     for k, (lab, v) in enumerate(merged.items()):  # distinct styles: near-equal series show
         zeros = f", {100 * np.mean(v == 0):.0f}% exactly 0" if (v == 0).any() else ""
         st = dict(ls=("-", "--", "-", ":")[k % 4], lw=(1.5, 2.5, 1.0, 2.0)[k % 4])
-        ax.hist(v[v > 0], bins=bins, histtype="step", label=f"{lab}{zeros}", **st)
+        w = np.full((v > 0).sum(), 1 / v.size)  # fractions: series of any size side by side
+        ax.hist(v[v > 0], bins=bins, weights=w, histtype="step", label=f"{lab}{zeros}", **st)
     ax.set_xscale("log")
     ax.set_xlabel("|ours − reference| / max |reference|")
-    ax.set_ylabel("count")
+    ax.set_ylabel("fraction of the samples")
     _finish(ax, source, 7)
 
 
-def show_ladder(recs):
-    """nbutil.plot_ladder with its source line under the x label (it may cover the label)."""
-    from ..nbutil import plot_ladder
-
-    ax = plot_ladder(recs)
-    for t in list(ax.figure.texts):
-        t.remove()
-    _source_line(ax, recs.source)
-
-
 def indexer_ladders(live=None):
-    """{family: Records} of the three indexer families. Live (a GPU here): the indexer ladder is
-    measured ONCE and split by family (nbutil.ladder_records would run the same bench cases
-    once per family); else as recorded (nbutil.ladder_records)."""
-    import contextlib
-    import io
-
+    """{family: Records} of the three indexer families, as recorded, or (a GPU here) measured
+    ONCE and split by family (nbutil.ladder_records would run the same cases per family)."""
     from .. import nbutil
 
     if not nbutil.live_wanted(live):
@@ -486,6 +486,15 @@ def indexer_ladders(live=None):
     return {f: recs.where(family=f, bench="ladder") for f in FAMILIES}
 
 
+def by_rung(recs):
+    """{rung: its timed runs, T ascending} of one family's records."""
+    out = {}
+    for r in sorted(recs.runs, key=lambda r: (r.get("rung", 0), r["shape"]["T"])):
+        if r.get("median_us"):
+            out.setdefault(r.get("rung", 0), []).append(r)
+    return out
+
+
 def plot_against_T(ladders):
     """µs per call against the context length T, one line per (family, rung). Works with any
     number of recorded T (one T: points, and the axis says so)."""
@@ -494,19 +503,15 @@ def plot_against_T(ladders):
     fig, ax = plt.subplots(figsize=(7, 3.4))
     Ts = set()
     for fam, recs in ladders.items():
-        for r0 in sorted({r.get("rung") for r in recs.runs if r.get("median_us")}):
-            rs = [r for r in recs.runs if r.get("rung") == r0 and r.get("median_us")]
-            rs.sort(key=lambda r: r["shape"]["T"])
+        for rung, rs in by_rung(recs).items():
             Ts |= {r["shape"]["T"] for r in rs}
-            ls = "--" if r0 == 0 else "-"
+            names = sorted({r["kernel"] for r in rs})  # select's kernel depends on T: i*
+            name = names[0] if len(names) == 1 else os.path.commonprefix(names) + "*"
             x, y = [r["shape"]["T"] for r in rs], [r["median_us"] for r in rs]
-            names = list(dict.fromkeys(r["kernel"] for r in rs))  # select's depends on T
-            name = names[0] + (f" … {names[-1]}" if len(names) > 1 else "")
-            ax.plot(x, y, "o" + ls, label=f"{fam} rung {r0}: {name}")
+            ax.plot(x, y, "o" + ("--" if rung == 0 else "-"), label=f"{fam} rung {rung}: {name}")
     if not Ts:
         ax.text(0.5, 0.5, "no runs: " + next(iter(ladders.values())).source, ha="center")
-        ax.set_axis_off()
-        return
+        return ax.set_axis_off()
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     one = f" (one size recorded: T = {min(Ts)})" if len(Ts) == 1 else ""
@@ -518,10 +523,11 @@ def plot_against_T(ladders):
 
 
 def qsa_parts(recs):
-    """The QSA step's parts per (T, nb) from the indexer stage's records: block scores, the
-    top-k selection (select_rows - block_scores), the selective attention, the whole step
-    (queued, and as graph replay), and dense SDPA's time (the peer, timed the same way).
-    [{T, nb, scores, topk, attention, step, step_graph, dense, dense_graph}], µs."""
+    """The QSA step's parts per (T, nb) from the indexer stage's records: block scores,
+    select_rows (scores + top-k: two launches), top-k = select_rows - block_scores (not timed
+    alone), the selective attention, the whole step (queued, and as graph replay), and dense
+    SDPA's time (the peer, timed the same way). [{T, nb, scores, select_rows, topk, attention,
+    step, step_graph, dense, dense_graph}], µs."""
     groups = {}
     for r in recs.runs:
         if r.get("median_us"):
@@ -529,23 +535,19 @@ def qsa_parts(recs):
     out = []
     for (T, nb), rs in sorted(groups.items()):
 
-        def find(prefix, graph=False, rs=rs):
+        def us(prefix, graph=False, key="median_us", rs=rs):
             hits = [r for r in rs if str(r["kernel"]).startswith(prefix)]
-            hits = [r for r in hits if (r.get("timing") == "graph") == graph]
-            return hits[0] if hits else {}
+            return next((r.get(key) for r in hits if (r.get("timing") == "graph") == graph), None)
 
-        sc, sel = find("block_scores"), find("select_rows")
-        att, step, graph = find("decode_attention selective"), find("QSA"), find("QSA", True)
-        if not (sc and sel and att and step):
-            continue
-        out.append(
-            dict(
-                T=T, nb=nb, scores=sc["median_us"], topk=sel["median_us"] - sc["median_us"],
-                attention=att["median_us"], step=step["median_us"],
-                step_graph=graph.get("median_us"), dense=step.get("peer_median_us"),
-                dense_graph=graph.get("peer_median_us"),
-            )
-        )  # fmt: skip
+        sc, sel, att, step = (us(k) for k in ("block_scores", "select_rows", "decode_att", "QSA"))
+        if sc and sel and att and step:
+            out.append(
+                dict(
+                    T=T, nb=nb, scores=sc, select_rows=sel, topk=sel - sc, attention=att,
+                    step=step, step_graph=us("QSA", True), dense=us("QSA", key="peer_median_us"),
+                    dense_graph=us("QSA", True, "peer_median_us"),
+                )
+            )  # fmt: skip
     return out
 
 
@@ -562,9 +564,10 @@ def plot_qsa_parts(parts, source):
     labels = [f"T={p['T'] // 1024}k nb={p['nb']}" for p in parts]
     y = np.arange(len(parts))
     left = np.zeros(len(parts))
-    for key, c in (("scores", "tab:blue"), ("topk", "tab:cyan"), ("attention", "tab:orange")):
+    names = ("block_scores", "top-k (select_rows\n− block_scores)", "selective attention")
+    for key, c, lab in zip(("scores", "topk", "attention"), ("C0", "C9", "C1"), names):
         w = np.array([100 * p[key] / p["step"] for p in parts])
-        a0.barh(y, w, left=left, color=c, label={"topk": "top-k selection"}.get(key, key))
+        a0.barh(y, w, left=left, color=c, label=lab)
         left += w
     a0.set_yticks(y, labels)
     a0.set_xlabel("% of the QSA step (queued)")
@@ -590,8 +593,7 @@ def check_n_visible(fn, R=8, kblk=4, T=300):
     rng = np.random.default_rng(0)
     q = rng.standard_normal((_INH, _IHD)).astype(np.float32)
     bkeys = rng.standard_normal((T // R + 1, _IHD)).astype(np.float32)
-    bad = [
-        t for t in range(T) if fn(t, R, kblk) != golden.row_selection(t, q, bkeys, R, kblk)[0].size
-    ]
+    n_ref = [golden.row_selection(t, q, bkeys, R, kblk)[0].size for t in range(T)]
+    bad = [t for t in range(T) if fn(t, R, kblk) != n_ref[t]]
     print("all rows agree with golden" if not bad else f"rows that differ: {bad[:10]}")
     return bad
