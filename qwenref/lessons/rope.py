@@ -1,19 +1,26 @@
 """Helpers of notebooks/02_rope.ipynb (per-head q/k RMSNorm + partial RoPE): the float64 and
 float32-angle rotations the notebook measures against, its sweeps and figures, the kernel
-rungs run on the notebook's inputs, and the exercises' checkers.
-
-Also the pieces the WHT notebook reuses (lessons.wht imports them): recorded_pairs (the
-bench's (golden, GPU) samples of a record), error_strip (one row of error percentiles per
-source, so no two distributions hide each other), restyle_ladder (markers that keep
-coinciding ladder points visible), show_lines (a few lines of a kernel excerpt),
-print_peers (peer comparisons, GPU-timed records only) and takeaway (the numbers a take-away
-quotes, from the records)."""
+rungs run on the notebook's inputs, how v1 and v2 split the work at a batch size, and the
+exercises' checkers. The record printouts and figure pieces it shares with the WHT notebook
+live in lessons.common and are re-exported here."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .. import golden, nbutil
+from .common import (
+    error_strip,
+    print_above_floor,
+    print_fastest,
+    print_peers,
+    print_stage,
+    recorded_pairs,
+    restyle_ladder,
+    show_lines,
+    source_below,
+    takeaway,
+)
 
 __all__ = [
     "show",
@@ -29,16 +36,21 @@ __all__ = [
     "run_rungs",
     "merge_identical",
     "row_max_err",
-    "recorded_pairs",
-    "error_strip",
     "plot_rope_errors",
-    "show_lines",
     "rungs_on_example",
-    "restyle_ladder",
-    "print_peers",
-    "takeaway",
+    "work_split",
     "rope_interleaved",
     "check_interleaved",
+    # from lessons.common
+    "error_strip",
+    "print_above_floor",
+    "print_fastest",
+    "print_peers",
+    "print_stage",
+    "recorded_pairs",
+    "restyle_ladder",
+    "show_lines",
+    "takeaway",
 ]
 
 EPS = 1e-6  # the layer's q/k norm epsilon
@@ -169,14 +181,18 @@ def plot_angle_sweep(sw):
     tiny = 1e-12  # exact values (error 0) drawn at the bottom of the log axis
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.5, 3.6))
     a1.loglog(pos, np.maximum(ang.max(1), tiny), "o-", ms=3, label="max over the pairs")
-    a1.loglog(pos, np.maximum(ang[:, 1], tiny), "x", ms=4, label=f"pair 1 (f = {sw['f'][1]:.2f})")
+    f1 = f"pair j = 1 (f₁ = {sw['f'][1]:.2f}: the largest angle\nthat is not exact, p · f₁)"
+    a1.loglog(pos, np.maximum(ang[:, 1], tiny), "x", ms=4, label=f1)
     a1.loglog(pos, pos * 2.0**-23, "k--", lw=1, label="bound p · 2⁻²³")
     a1.set_xlabel("position p (tokens)")
     a1.set_ylabel("|angle f32 − f64| (rad)")
     a1.set_title("angle error grows with position")
     a1.legend(fontsize=8)
-    a2.loglog(pos, np.maximum(np.median(sc, 1), tiny), "o-", ms=3, label="median over pairs")
-    a2.loglog(pos, np.maximum(sc.max(1), tiny), "x", ms=4, label="max")
+    n_qk = sc.shape[1]
+    a2.loglog(
+        pos, np.maximum(np.median(sc, 1), tiny), "o-", ms=3, label=f"median over {n_qk} (q, k)"
+    )
+    a2.loglog(pos, np.maximum(sc.max(1), tiny), "x", ms=4, label=f"max over the {n_qk}")
     a2.set_xlabel("position p (tokens)")
     a2.set_ylabel("|Δ q·k/√d|")
     a2.set_title("resulting error of a score (unit-rms q, k)")
@@ -257,48 +273,6 @@ def row_max_err(a, ref):
     return d.reshape(len(d), -1).max(1)
 
 
-def recorded_pairs(recs):
-    """{rung label: (golden, gpu)} value samples the bench stored beside the records
-    (results/*.npz; the largest recorded size of each rung); {} when none were stored."""
-    res, samples = nbutil.load_results() or {}, nbutil.load_samples()
-    runs = res.get("runs", [])
-    keys = [str(k) for k in samples.get("run_keys", [])]
-    best = {}
-    for r in recs.runs:
-        if r in runs:
-            i = runs.index(r)
-            ok = i < len(keys) and keys[i].startswith(f"{i}|{r['stage']}|")
-            if ok and f"{i}_golden" in samples:
-                label = f"rung {r.get('rung')}: {r['kernel']}"
-                if label not in best or r["bytes"] > best[label][0]:
-                    best[label] = (r["bytes"], samples[f"{i}_golden"], samples[f"{i}_gpu"])
-    return {k: (g, x) for k, (_, g, x) in sorted(best.items())}
-
-
-def error_strip(ax, rows, title="", edge=1e-9):
-    """One row per source: the median, 99th percentile and maximum of its |error| on a log
-    axis, so distributions that nearly coincide stay readable. rows = {label: errors}. Exact
-    elements (error 0) have no place on a log axis: each label says what share they are, and
-    anything below `edge` (far below float32's resolution for values of order 1) is drawn at
-    the left edge."""
-    marks = (("median", 50, "o"), ("99th pct", 99, "s"), ("max", 100, "^"))
-    errs = {k: np.abs(np.ravel(np.asarray(v, np.float64))) for k, v in rows.items()}
-    labels = []
-    for y, (label, e) in enumerate(errs.items()):
-        zero = float(np.mean(e == 0))
-        labels.append(label + (f"\n({100 * zero:.0f}% exact)" if zero >= 0.005 else ""))
-        ax.plot([max(e.min(), edge), max(e.max(), edge)], [y, y], c="0.7", lw=1)
-        for i, (name, q, m) in enumerate(marks):
-            ax.plot(max(np.percentile(e, q), edge), y, m, c=f"C{i}", label=name if y == 0 else None)
-    ax.set_yticks(range(len(errs)), labels, fontsize=8)
-    ax.set_ylim(len(errs) - 0.5, -0.5)
-    ax.set_xscale("log")
-    ax.set_xlabel(f"|error| per element (log; below {edge:.0e} at the left edge)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    return ax
-
-
 def plot_rope_errors(pos, curves, strip, source):
     """Left: each row's worst error against float64 by position (curves = {label: [nb]});
     right: error_strip(strip). source: where the GPU rows came from."""
@@ -318,58 +292,25 @@ def plot_rope_errors(pos, curves, strip, source):
     a1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=2)
     error_strip(a2, strip, "every element: golden and GPU side by side")
     fig.tight_layout()
-    below = a1.get_legend().get_window_extent(fig.canvas.get_renderer())
-    y = fig.transFigure.inverted().transform((0, below.y0))[1] - 0.06
-    fig.text(0.01, y, f"CPU rows computed here; GPU rows {source}", fontsize=7)
+    source_below(fig, a1, f"CPU rows computed here; GPU rows {source}")
     return fig
 
 
-def show_lines(excerpt, title, first, last, more=0):
-    """Display the lines of a kernel excerpt from the first one containing `first` to the
-    next one containing `last`, and `more` lines after it (the closing brace of a block);
-    ValueError naming the marker when one is missing."""
-    from ..excerpts import Excerpts
-
-    lines = excerpt.split("\n")
-    i = next((n for n, line in enumerate(lines) if first in line), None)
-    if i is None:
-        raise ValueError(f"first: {first!r} is not in the excerpt {title!r}")
-    j = next((n for n in range(i, len(lines)) if last in lines[n]), None)
-    if j is None:
-        raise ValueError(f"last: {last!r} is not in the excerpt {title!r} after {first!r}")
-    j = min(j + more, len(lines) - 1)
-    part = Excerpts(
-        [(f"// kernels_cuda/{title}, lines {i + 1}-{j + 1}", "\n".join(lines[i : j + 1]))]
-    )
-    if _in_notebook():
-        from IPython.display import display
-
-        display(part)
-    else:
-        print(part)
-
-
-def _in_notebook():
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    ip = get_ipython()
-    return ip is not None and getattr(ip, "kernel", None) is not None
-
-
-def rungs_on_example(qg, k, w, pos, rd, theta):
+def rungs_on_example(qg, k, w, pos, rd, theta, cfg):
     """Each rung of gpu.qk_norm_rope on a small example: run now against golden on a GPU;
-    else each rung's recorded error (rel_err, norm-wise against golden) at the bench's size."""
+    else each rung's recorded error (rel_err, norm-wise against golden) at the ladder's sizes,
+    beside the float32-angle simulation's error at the same positions (the ladder's: uniform
+    in [0, 131072), from default_rng(1)), computed here on random 27B heads."""
     from ..gpu.rope import RUNGS, rung_kernel
 
     hd = k.shape[-1]
     if not nbutil.gpu_available():
         recs = nbutil.recorded(lambda r: r.get("family") == "qk_norm_rope")
         print("no GPU here; " + recs.source)
-        for r in sorted(recs.runs, key=lambda r: (r["rung"], r["bytes"])):
+        for r in sorted(recs.runs, key=lambda r: (r["bytes"], r["rung"])):
             nb = r["shape"]["nb"]
-            print(f"  rung {r['rung']}: {r['kernel']:<22} nb {nb:>5}  rel_err {r['rel_err']:.1e}")
+            print(f"  nb {nb:>5}  rung {r['rung']}: {r['kernel']:<22} rel_err {r['rel_err']:.1e}")
+        print(f"float32 angles alone (CPU simulation, nb 256): rel_err {_sim_rel_err(cfg):.1e}")
         return
     import cupy as cp
 
@@ -384,77 +325,42 @@ def rungs_on_example(qg, k, w, pos, rd, theta):
         print(f"  rung {i} ({impl}): {name:<22} max |gpu − golden| = {err:.1e}")
 
 
-def restyle_ladder(ax):
-    """After nbutil.plot_ladder: a distinct marker per rung, larger and hollow for the earlier
-    rungs, so points that coincide (a launch-bound size) stay visible; the read floor drawn
-    with markers, so a single recorded size still shows it, and a legend line saying so when
-    the records carry no floor; the source line moved clear of the x label."""
-    from matplotlib.lines import Line2D
-
-    marks = ["o", "s", "^", "D", "v"]
-    rungs = [ln for ln in ax.get_lines() if str(ln.get_label()).startswith("rung ")]
-    for i, ln in enumerate(rungs):
-        ln.set_marker(marks[i % len(marks)])
-        ln.set_markersize(max(11 - 2.5 * i, 5))
-        ln.set_markerfacecolor("none" if i < len(rungs) - 1 else ln.get_color())
-    floor = [ln for ln in ax.get_lines() if str(ln.get_label()).startswith("read floor")]
-    for ln in floor:
-        ln.set_marker("_")
-        ln.set_markersize(16)
-    handles, labels = ax.get_legend_handles_labels()
-    if rungs and not floor:
-        handles.append(Line2D([], [], ls="none"))
-        labels.append("read floor: not in these records")
-    if handles:
-        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    for t in ax.figure.texts:
-        if t.get_position()[1] < 0:
-            t.set_y(-0.08)
-    return ax
+def _sim_rel_err(cfg, nb=256, seed=5):
+    """Norm-wise error against golden of rope_f32_angles (norm in float64) on random 27B
+    heads at the ladder's positions: what float32 angles alone cost there."""
+    hd, rd, th = cfg.head_dim, cfg.rotary_dim, cfg.rope_theta
+    pos = np.random.default_rng(1).integers(0, 131072, nb).astype(np.int32)
+    rng = np.random.default_rng(seed)
+    qg = rng.standard_normal((nb, cfg.nh, 2 * hd)).astype(np.float32)
+    k = rng.standard_normal((nb, cfg.nkv, hd)).astype(np.float32)
+    w = (0.1 * rng.standard_normal(hd)).astype(np.float32)
+    gq, gk = golden.qk_norm_rope(qg, k, w, w, pos, rd, th, EPS)
+    sq = rope_f32_angles(norm_f64(qg[..., :hd], w), pos, rd, th)
+    sk = rope_f32_angles(norm_f64(k, w), pos, rd, th)
+    return nbutil.relerr(_qk(sq, sk), _qk(gq, gk))
 
 
-def print_peers(recs):
-    """The records' peer comparisons whose times were taken on the GPU (queued or graph
-    replay); a host-timed loop measures Python's launch rate, not the GPU, so it is left out."""
-    gpu_timed = [r for r in recs.runs if r.get("peer") and r.get("timing") in ("queued", "graph")]
-    if not gpu_timed:
-        print("no peer timed on the GPU is recorded for this stage: nothing to compare with")
-    for r in gpu_timed:
-        print(
-            f"{r['kernel']} {_size_text(r)}: {r['median_us']:.2f} us; {r['peer']} "
-            f"{r['peer_median_us']:.2f} us ({r['timing']} timing, both)"
-        )
+# v2 at head_dim <= 256 (qk_norm_rope_pipe_v2 in rope.cu): items of 2 heads, blocks of 8 warps,
+# and __launch_bounds__(256, 3): its 80 registers a thread let 3 blocks share an SM's 64k
+PIPE_HEADS, PIPE_WARPS, PIPE_BLOCKS_PER_SM = 2, 8, 3
 
 
-def takeaway(ladder, stage):
-    """The numbers the take-away quotes, from the records: the fastest rung at each size (% of
-    copy, % of the read floor, × rung 0), then the stage's own runs."""
-    print(ladder.source)
-    v0 = {}
-    for r in ladder.runs:
-        if r.get("rung") == 0:
-            v0[r["shape"].get("nb", r["shape"].get("rows"))] = r["median_us"]
-    for size, r in sorted(nbutil.best_rungs(ladder).items(), key=lambda kv: kv[1]["bytes"]):
-        sz = r["shape"].get("nb", r["shape"].get("rows"))
-        x0 = v0.get(sz)
-        pf = r.get("pct_of_floor")
-        print(
-            f"  {size}: fastest rung {r['rung']} ({r['kernel']}) {r['median_us']:.1f} us, "
-            f"{r['pct_of_copy']:.0f}% of copy"
-            + (f", {pf:.0f}% of the floor" if pf else "")
-            + (f", {x0 / r['median_us']:.1f}x rung 0" if x0 else "")
-        )
-    print(stage.source)
-    for r in sorted(stage.runs, key=lambda r: r["bytes"]):
-        print(
-            f"  {r['kernel']} {_size_text(r)}: {r['median_us']:.1f} us, "
-            f"{r['pct_of_copy']:.1f}% of copy"
-        )
-
-
-def _size_text(r):
-    sh = r.get("shape", {})
-    return ", ".join(f"{k}={sh[k]}" for k in ("nb", "rows", "n") if k in sh)
+def work_split(cfg, sizes, sms=132):
+    """How v1 and v2 split nb rows of 27B heads: v1 one warp per head; v2 items of PIPE_HEADS
+    heads in blocks of PIPE_WARPS warps, as many blocks as items need up to what fits on `sms`
+    SMs at once (the H200's), and then the most items one warp runs through, one after the
+    other (docs/design/rope.md)."""
+    heads = cfg.nh + cfg.nkv
+    print(f"{'nb':>6}  {'v1 warps':>9}  {'v2 items':>9}  {'v2 blocks':>9}  most items per v2 warp")
+    for nb in sorted(sizes):
+        items = nb * -(-heads // PIPE_HEADS)
+        blocks = min(-(-items // PIPE_WARPS), sms * PIPE_BLOCKS_PER_SM)
+        per_warp = -(-items // (blocks * PIPE_WARPS))
+        print(f"{nb:>6}  {nb * heads:>9}  {items:>9}  {blocks:>9}  {per_warp:>22}")
+    print(
+        f"(v1: one head per warp; v2: {PIPE_HEADS} heads per item, {PIPE_WARPS} warps per block, "
+        f"at most {PIPE_BLOCKS_PER_SM} blocks on each of {sms} SMs at once)"
+    )
 
 
 def rope_interleaved(x, positions, rd, theta):

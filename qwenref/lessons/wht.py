@@ -1,19 +1,23 @@
 """Helpers of notebooks/03_wht.ipynb (the Walsh–Hadamard transform): the Sylvester matrix, the
 butterfly diagram, the outlier and quantization experiments, exact float32 emulations of the
 two kernel rungs, the error sweep against float64, the rungs run on a GPU, and the exercises'
-checkers. Record plumbing shared with the rope notebook comes from lessons.rope."""
+checkers. The record printouts and figure pieces it shares with the rope notebook live in
+lessons.common and are re-exported here."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .. import golden, nbutil
-from .rope import (
+from .common import (
     error_strip,
-    merge_identical,
+    print_above_floor,
+    print_fastest,
     print_peers,
+    print_stage,
     recorded_pairs,
     restyle_ladder,
+    source_below,
     takeaway,
 )
 
@@ -37,13 +41,16 @@ __all__ = [
     "plot_wht_errors",
     "rungs_on_example",
     "work_ratio",
-    "takeaway",
     "check_wht",
+    # from lessons.common
     "error_strip",
-    "merge_identical",
+    "print_above_floor",
+    "print_fastest",
     "print_peers",
+    "print_stage",
     "recorded_pairs",
     "restyle_ladder",
+    "takeaway",
 ]
 
 
@@ -57,10 +64,15 @@ def sylvester(n):
     return h
 
 
+PLUS, MINUS = "tab:blue", "tab:red"  # one colour per sign, in both panels of plot_butterfly
+
+
 def plot_butterfly(n=8):
     """Left: the butterfly's data flow for n (pass h pairs i with i + h: sum up, difference
-    down); right: H_n, whose row i is the sign pattern the passes build for output i."""
+    down); right: H_n, whose row i is the sign pattern the passes build for output i. Blue is
+    + and red is − in both panels."""
     import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.5, 3.9), gridspec_kw=dict(width_ratios=[3, 2]))
     stages = int(np.log2(n))
@@ -69,9 +81,9 @@ def plot_butterfly(n=8):
         for a in (i for i in range(n) if not i & h):
             b = a + h
             for src in (a, b):  # both inputs feed the sum, which lands on a
-                a1.plot([s, s + 1], [-src, -a], c="tab:blue", lw=1.2)
-            a1.plot([s, s + 1], [-a, -b], c="tab:blue", lw=1.2)  # a enters b's difference with +
-            a1.plot([s, s + 1], [-b, -b], c="tab:red", lw=1.2, ls="--")  # b enters it with −
+                a1.plot([s, s + 1], [-src, -a], c=PLUS, lw=1.2)
+            a1.plot([s, s + 1], [-a, -b], c=PLUS, lw=1.2)  # a enters b's difference with +
+            a1.plot([s, s + 1], [-b, -b], c=MINUS, lw=1.2, ls="--")  # b enters it with −
         a1.text(s + 0.5, 0.8, f"pass h = {h}", ha="center", fontsize=9)
     for s in range(stages + 1):
         a1.scatter([s] * n, -np.arange(n), c="k", s=18, zorder=3)
@@ -81,10 +93,10 @@ def plot_butterfly(n=8):
     a1.set_ylim(-n + 0.5, 1.3)
     a1.set_title("butterfly: blue = +, red dashed = − (lower input negated)", fontsize=10)
     hm = sylvester(n)
-    a2.imshow(hm, cmap="coolwarm", vmin=-1, vmax=1)
+    a2.imshow(hm, cmap=ListedColormap([MINUS, PLUS]), vmin=-1, vmax=1, alpha=0.45)
     for (r, c), v in np.ndenumerate(hm):
         a2.text(c, r, "+" if v > 0 else "−", ha="center", va="center", fontsize=10)
-    a2.set_title(f"H_{n} (Sylvester order)", fontsize=10)
+    a2.set_title(f"H_{n} (Sylvester order): blue = +1, red = −1", fontsize=10)
     a2.set_xticks(range(n))
     a2.set_yticks(range(n))
     fig.tight_layout()
@@ -112,24 +124,23 @@ def outlier_keys(t=1024, d=128, channels=(3, 40, 77, 113), scale=20.0, seed=1):
 
 
 def plot_outliers(keys, rot, n_show=64):
-    """Top: |keys| before and after the WHT (first n_show keys); bottom left: per-channel rms;
-    bottom right: the distribution of all values (log counts) with a Gaussian of the same
-    energy."""
+    """Top: |keys| before and after the WHT (first n_show keys), each with its own colour
+    scale; bottom left: per-channel rms (before as a line over the bars of after); bottom
+    right: the distribution of all values (log counts) with a Gaussian of the same energy."""
     import matplotlib.pyplot as plt
 
     fig = plt.figure(figsize=(11, 6), layout="constrained")
     gs = fig.add_gridspec(2, 2)
-    vmax = float(np.abs(keys[:n_show]).max())
     for col, (name, a) in enumerate((("keys", keys), ("keys after WHT", rot))):
         ax = fig.add_subplot(gs[0, col])
-        im = ax.imshow(np.abs(a[:n_show]), aspect="auto", cmap="magma", vmin=0, vmax=vmax)
+        im = ax.imshow(np.abs(a[:n_show]), aspect="auto", cmap="magma", vmin=0)
         ax.set(title=f"|{name}|, first {n_show} of {len(a)}", xlabel="channel", ylabel="key")
-    fig.colorbar(im, ax=fig.axes[:2], fraction=0.02)
+        fig.colorbar(im, ax=ax, fraction=0.04, label="|value| (own scale)")
     ax = fig.add_subplot(gs[1, 0])
     ch = np.arange(keys.shape[1])
     rms = lambda a: np.sqrt(np.mean(np.asarray(a, np.float64) ** 2, 0))  # noqa: E731
-    ax.bar(ch, rms(keys), width=1, label="before", color="tab:orange")
-    ax.bar(ch, rms(rot), width=1, label="after WHT", color="tab:blue", alpha=0.8)
+    ax.bar(ch, rms(rot), width=1, label="after WHT", color="tab:blue", alpha=0.6)
+    ax.step(ch, rms(keys), where="mid", lw=1.2, label="before", color="tab:orange")
     ax.set(xlabel="channel", ylabel=f"rms over the {len(keys)} keys", title="per-channel rms")
     ax.set_ylim(0, 1.4 * rms(keys).max())  # head room: the legend sits above the bars
     ax.legend(fontsize=8, loc="upper center", ncol=2)
@@ -316,9 +327,7 @@ def plot_wht_errors(sizes, curves, strip, source, strip_n=256):
     a1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=2)
     error_strip(a2, strip, f"n = {strip_n}, every element: golden and GPU side by side")
     fig.tight_layout()
-    below = a1.get_legend().get_window_extent(fig.canvas.get_renderer())
-    y = fig.transFigure.inverted().transform((0, below.y0))[1] - 0.06
-    fig.text(0.01, y, f"CPU rows computed here; GPU rows {source}", fontsize=7)
+    source_below(fig, a1, f"CPU rows computed here; GPU rows {source}")
     return fig
 
 
@@ -331,10 +340,10 @@ def rungs_on_example(x):
     if not nbutil.gpu_available():
         recs = nbutil.recorded(lambda r: r.get("family") == "wht")
         print("no GPU here; " + recs.source)
-        for r in sorted(recs.runs, key=lambda r: (r["rung"], r["bytes"])):
+        for r in sorted(recs.runs, key=lambda r: (r["bytes"], r["rung"])):
             sh = r["shape"]
             print(
-                f"  rung {r['rung']}: {r['kernel']:<14} rows {sh['rows']:>6} × n {sh['n']}"
+                f"  rows {sh['rows']:>6} × n {sh['n']}  rung {r['rung']}: {r['kernel']:<14}"
                 f"  rel_err {r['rel_err']:.1e}"
             )
         return

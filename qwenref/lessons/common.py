@@ -1,0 +1,265 @@
+"""What the lesson modules of more than one notebook share (lessons.rope and lessons.wht
+re-export these, so each notebook still imports its own module only): the bench's stored
+(golden, GPU) samples of a record, the error strip that keeps near-identical distributions
+apart, a few lines of a kernel excerpt, and the record printouts every ladder section ends
+with — the fastest rung at each size beside the default one, the runs above their read floor
+(bytes served partly from the L2), the stage's own runs with their % of floor, GPU-timed peers
+and the take-away's numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import nbutil
+
+__all__ = [
+    "recorded_pairs",
+    "error_strip",
+    "source_below",
+    "show_lines",
+    "restyle_ladder",
+    "l2_bytes",
+    "print_fastest",
+    "print_above_floor",
+    "print_stage",
+    "print_peers",
+    "takeaway",
+]
+
+
+def recorded_pairs(recs):
+    """{rung label: (golden, gpu)} value samples the bench stored beside the records
+    (results/*.npz; the largest recorded size of each rung); {} when none were stored."""
+    res, samples = nbutil.load_results() or {}, nbutil.load_samples()
+    runs = res.get("runs", [])
+    keys = [str(k) for k in samples.get("run_keys", [])]
+    best = {}
+    for r in recs.runs:
+        if r in runs:
+            i = runs.index(r)
+            ok = i < len(keys) and keys[i].startswith(f"{i}|{r['stage']}|")
+            if ok and f"{i}_golden" in samples:
+                label = f"rung {r.get('rung')}: {r['kernel']}"
+                if label not in best or r["bytes"] > best[label][0]:
+                    best[label] = (r["bytes"], samples[f"{i}_golden"], samples[f"{i}_gpu"])
+    return {k: (g, x) for k, (_, g, x) in sorted(best.items())}
+
+
+def error_strip(ax, rows, title="", edge=1e-9):
+    """One row per source: the median, 99th percentile and maximum of its |error| on a log
+    axis, so distributions that nearly coincide stay readable. rows = {label: errors}. Exact
+    elements (error 0, bit-equal to the reference) have no place on a log axis: each label says
+    what share of the elements they are, and anything below `edge` (far below float32's
+    resolution for values of order 1) is drawn at the left edge."""
+    marks = (("median", 50, "o"), ("99th pct", 99, "s"), ("max", 100, "^"))
+    errs = {k: np.abs(np.ravel(np.asarray(v, np.float64))) for k, v in rows.items()}
+    labels = []
+    for y, (label, e) in enumerate(errs.items()):
+        zero = float(np.mean(e == 0))
+        labels.append(label + (f"\n({100 * zero:.0f}% of elements exact)" if zero >= 0.005 else ""))
+        ax.plot([max(e.min(), edge), max(e.max(), edge)], [y, y], c="0.7", lw=1)
+        for i, (name, q, m) in enumerate(marks):
+            ax.plot(max(np.percentile(e, q), edge), y, m, c=f"C{i}", label=name if y == 0 else None)
+    ax.set_yticks(range(len(errs)), labels, fontsize=8)
+    ax.set_ylim(len(errs) - 0.5, -0.5)
+    ax.set_xscale("log")
+    ax.set_xlabel(f"|error| per element (log; below {edge:.0e} at the left edge)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return ax
+
+
+def source_below(fig, ax, text):
+    """Write `text` (where the figure's data came from) under ax's legend, which sits below
+    the axes: call after tight_layout, once the legend has its place."""
+    below = ax.get_legend().get_window_extent(fig.canvas.get_renderer())
+    y = fig.transFigure.inverted().transform((0, below.y0))[1] - 0.06
+    fig.text(0.01, y, text, fontsize=7)
+
+
+def show_lines(excerpt, title, first, last, more=0):
+    """Display the lines of a kernel excerpt from the first one containing `first` to the
+    next one containing `last`, and `more` lines after it (the closing brace of a block);
+    ValueError naming the marker when one is missing."""
+    from ..excerpts import Excerpts
+
+    lines = excerpt.split("\n")
+    i = next((n for n, line in enumerate(lines) if first in line), None)
+    if i is None:
+        raise ValueError(f"first: {first!r} is not in the excerpt {title!r}")
+    j = next((n for n in range(i, len(lines)) if last in lines[n]), None)
+    if j is None:
+        raise ValueError(f"last: {last!r} is not in the excerpt {title!r} after {first!r}")
+    j = min(j + more, len(lines) - 1)
+    part = Excerpts(
+        [(f"// kernels_cuda/{title}, lines {i + 1}-{j + 1}", "\n".join(lines[i : j + 1]))]
+    )
+    if _in_notebook():
+        from IPython.display import display
+
+        display(part)
+    else:
+        print(part)
+
+
+def _in_notebook():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+def restyle_ladder(ax, recs):
+    """After nbutil.plot_ladder: the earlier rungs' markers larger and hollow, so two rungs
+    at the same point (a launch-bound size) both stay visible; every run above its read floor
+    ringed, with a legend line saying what that means (print_above_floor says more)."""
+    rungs = [ln for ln in ax.get_lines() if str(ln.get_label()).startswith("rung ")]
+    for i, ln in enumerate(rungs):
+        ln.set_markersize(max(11 - 2.5 * i, 5))
+        ln.set_markerfacecolor("none" if i < len(rungs) - 1 else ln.get_color())
+    over = nbutil.above_floor(recs)
+    if over:
+        xy = [(r["bytes"], r["gbps"]) for r in over]
+        label = "above its floor: bytes partly from the L2"
+        ax.plot(*zip(*xy), "o", ms=17, mfc="none", mec="red", mew=1.2, ls="none", label=label)
+    if ax.get_legend():  # redrawn, so its markers match the lines'
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return ax
+
+
+def l2_bytes(live=None):
+    """The L2 size of the device the records come from (None when not recorded)."""
+    if nbutil.live_wanted(live):
+        from .. import timing
+
+        return timing.l2_bytes()
+    return (nbutil.load_results() or {}).get("l2_bytes")
+
+
+def _size(r):
+    sh = r.get("shape", {})
+    return ", ".join(f"{k}={sh[k]}" for k in ("nb", "rows", "n") if k in sh)
+
+
+def _by_size(recs):
+    """{size: {rung: run}} in ascending bytes."""
+    out = {}
+    for r in sorted(recs.runs, key=lambda r: (r.get("bytes", 0), r.get("rung", 0))):
+        if r.get("median_us"):
+            out.setdefault(_size(r), {})[r.get("rung")] = r
+    return out
+
+
+def _default_text(rungs, best):
+    """The default rung beside the fastest one: that it is the fastest, or its time and ratio."""
+    dflt = next((r for r in rungs.values() if r.get("default")), None)
+    if dflt is None or dflt is best:
+        return "(it is the default rung)" if dflt else "(no default rung recorded)"
+    ratio = dflt["median_us"] / best["median_us"]
+    return f"default rung {dflt['rung']}: {dflt['median_us']:.1f} us, {ratio:.2f}x the fastest"
+
+
+def _pct(v):
+    return f"{v:.0f}%" if v is not None else "-"
+
+
+def print_fastest(recs):
+    """A table: at each recorded size (ascending), the fastest rung with its % of copy, % of
+    floor and speed-up over rung 0, and the default rung beside it."""
+    print(recs.source)
+    if not recs.runs:
+        return
+    print(f"{'size':<18}{'fastest rung':<27}{'us':>7}{'copy':>6}{'floor':>7}{'x rung 0':>9}  |")
+    for size, rungs in _by_size(recs).items():
+        best = min(rungs.values(), key=lambda r: r["median_us"])
+        v0 = rungs.get(0)
+        x0 = f"{v0['median_us'] / best['median_us']:.1f}" if v0 else "-"
+        print(
+            f"{size:<18}{best['rung']} {best['kernel']:<25}{best['median_us']:7.1f}"
+            f"{_pct(best.get('pct_of_copy')):>6}{_pct(best.get('pct_of_floor')):>7}{x0:>9}  | "
+            + _default_text(rungs, best)
+        )
+
+
+def print_above_floor(recs, l2=None):
+    """Name every run faster than its read floor (nbutil.above_floor) with its bytes beside
+    the L2's size: a run can beat the floor, which reads from memory, only by finding part of
+    its bytes in the L2. l2: the L2's size in bytes (None: l2_bytes())."""
+    over = nbutil.above_floor(recs)
+    if not over:
+        print("runs above their read floor: " + ("none" if recs.runs else "no runs recorded"))
+        return
+    l2 = l2 or l2_bytes()
+    cache = f"the {l2 / 2**20:.0f} MiB L2" if l2 else "the L2"
+    for r in sorted(over, key=lambda r: (r["bytes"], r.get("rung", 0))):
+        fits = "fit in" if l2 and r["bytes"] < l2 else "exceed"
+        print(
+            f"above its floor: rung {r.get('rung')} at {_size(r)}, {r['pct_of_floor']:.0f}% of "
+            f"floor: its {r['bytes'] / 2**20:.1f} MiB {fits} {cache}, part came from there"
+        )
+
+
+def _floor_text(r, ladder):
+    """r's % of floor: recorded, else from the ladder's floor at the same bytes, else an upper
+    bound from the ladder's smallest size above (a launch reading fewer bytes is no slower),
+    with a second line saying so."""
+    if r.get("pct_of_floor") is not None:
+        return f"{r['pct_of_floor']:.0f}% of floor"
+    above = [x for x in ladder.runs if x.get("floor_us") and x["bytes"] >= r["bytes"]]
+    if not above:
+        return "floor not recorded at this size"
+    f = min(above, key=lambda x: x["bytes"])
+    pct = 100 * f["floor_us"] / r["median_us"]
+    if f["bytes"] == r["bytes"]:
+        return f"{pct:.0f}% of floor (the ladder's, same bytes)"
+    return (
+        f"at most {pct:.0f}% of floor\n    (no floor at this size: the ladder's at "
+        f"{f['bytes'] / 2**20:.2f} MiB, {f['floor_us']:.2f} us, bounds it: fewer bytes "
+        "read no slower)"
+    )
+
+
+def print_stage(stage, ladder):
+    """The stage's own bench runs (the default rung), sizes ascending, each with % of copy and
+    % of floor (_floor_text); the ladder lends its floors where the stage has none."""
+    print(stage.source)
+    for r in sorted(stage.runs, key=lambda r: r["bytes"]):
+        print(
+            f"  {r['kernel']} {_size(r)} ({r['bytes'] / 2**20:.2f} MiB): {r['median_us']:.2f} us, "
+            f"{r['pct_of_copy']:.1f}% of copy, {_floor_text(r, ladder)}"
+        )
+
+
+def print_peers(recs):
+    """The records' peer comparisons whose times were taken on the GPU (queued or graph
+    replay); a host-timed loop measures Python's launch rate, not the GPU, so it is left out."""
+    gpu_timed = [r for r in recs.runs if r.get("peer") and r.get("timing") in ("queued", "graph")]
+    if not gpu_timed:
+        print("no peer timed on the GPU is recorded for this stage: nothing to compare with")
+    for r in gpu_timed:
+        print(
+            f"{r['kernel']} {_size(r)}: {r['median_us']:.2f} us; {r['peer']} "
+            f"{r['peer_median_us']:.2f} us ({r['timing']} timing, both)"
+        )
+
+
+def takeaway(ladder, stage):
+    """The numbers the take-away quotes, from the records: at the smallest and the largest
+    recorded size, the fastest rung beside the default one; the runs above their floor; the
+    stage's own runs with their % of floor."""
+    print(ladder.source)
+    sizes = list(_by_size(ladder).items())
+    picks = list(zip(("smallest", "largest"), [sizes[0], sizes[-1]])) if len(sizes) > 1 else []
+    for which, (size, rungs) in picks or [("only", s) for s in sizes]:
+        best = min(rungs.values(), key=lambda r: r["median_us"])
+        v0 = rungs.get(0)
+        print(
+            f"  {which} size, {size}: fastest rung {best['rung']}, {best['median_us']:.1f} us, "
+            f"{_pct(best.get('pct_of_copy'))} of copy, {_pct(best.get('pct_of_floor'))} of floor"
+            + (f", {v0['median_us'] / best['median_us']:.1f}x rung 0" if v0 else "")
+        )
+        print(f"    {_default_text(rungs, best)}")
+    print_above_floor(ladder)
+    print_stage(stage, ladder)
