@@ -1,13 +1,15 @@
 """Helpers of notebooks/01_norm.ipynb: float16 and float64 versions of RMSNorm to compare the
 golden one with, an emulation of the v0 kernel's order of operations, the precision sweeps
-and their figure, errors counted in float32 ulps, the recorded GPU error samples, and a cut
-of a kernel excerpt between two lines."""
+and their figure, errors counted in float32 ulps, the recorded GPU error samples, a cut of a
+kernel excerpt between two lines, the runs above their floor ringed on the ladder plot, the
+peer lines and the take-away's lines."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .. import golden, nbutil
+from .overview import floor_flags, l2_bytes
 
 __all__ = [
     "F16_MAX",
@@ -28,6 +30,8 @@ __all__ = [
     "lines_between",
     "show_lines",
     "l2_bytes",
+    "mark_above_floor",
+    "peer_lines",
     "ladder_takeaway",
 ]
 
@@ -158,10 +162,14 @@ def _mark(ax, x, text, color="0.4"):
 
 def plot_precision_sweeps(d, marks):
     """Three panels from precision_sweeps(); marks = {"n": 5120, "rms": .., "sum": ..,
-    "square": ..}: where the derivation says float16 overflows (the sum, the squares)."""
+    "square": ..}: where the derivation says float16 overflows (the sum, the squares). Each
+    panel's legend sits in a row of its own below the panels, clear of the axes."""
     import matplotlib.pyplot as plt
 
-    fig, axs = plt.subplots(1, 3, figsize=(13, 4.0))
+    fig, grid = plt.subplots(
+        2, 3, figsize=(13, 5.8), gridspec_kw=dict(height_ratios=[3, 1.1]), layout="constrained"
+    )
+    axs, keys = grid[0], grid[1]
     for k, v in d["by_n"].items():
         axs[0].loglog(d["sizes"], np.maximum(v, 1e-10), "o-", ms=4, label=k)
     _mark(axs[0], marks["n"], f"n = {marks['n']}")
@@ -181,17 +189,17 @@ def plot_precision_sweeps(d, marks):
     axs[2].set_xscale("log")
     axs[2].set_title("outliers: the sum overflows first", fontsize=10)
     # past a threshold both float16 curves lie on 1, one over the other: the legend says so
-    same = "past the black dotted line both float16\nsums give 1 (the row is zeroed): identical"
-    for ax, title in zip(axs, (None, same, same)):
-        ax.legend(
-            fontsize=7,
+    same = "right of the grey dotted line both float16 sums\ngive 1 (the row is zeroed): identical"
+    for ax, key_ax, title in zip(axs, keys, (None, same, same)):
+        key_ax.set_axis_off()
+        key_ax.legend(
+            *ax.get_legend_handles_labels(),
+            fontsize=8.5,
             title=title,
-            title_fontsize=7,
+            title_fontsize=8.5,
             loc="upper center",
-            bbox_to_anchor=(0.5, -0.2),
             frameon=False,
         )
-    fig.tight_layout()
     return fig
 
 
@@ -226,49 +234,56 @@ def ulps(a, ref):
 ULP_BINS = np.array([0, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, np.inf])
 
 
-def plot_ulps(series, ax=None, title="", note=""):
-    """Grouped bars: the share of elements whose error falls in each ulp bin, per series
-    ({label: ulps array}); each label carries its maximum."""
+def plot_ulps(panels, title=""):
+    """Grouped bars, one panel per (panel title, {label: ulps array}) in panels: the share of
+    elements whose error falls in each ulp bin; each label carries its maximum. One panel per
+    input and reference, so no bars of different inputs share an axis."""
     import matplotlib.pyplot as plt
 
-    ax = ax or plt.subplots(figsize=(9, 3.4))[1]
+    fig, axs = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.4), squeeze=False)
     names = [f"{a:g}–{b:g}" for a, b in zip(ULP_BINS[:-2], ULP_BINS[1:-1])] + [
         f"≥ {ULP_BINS[-2]:g}"
     ]
     x = np.arange(len(names))
-    width = 0.8 / max(len(series), 1)
-    for i, (label, u) in enumerate(series.items()):
-        u = np.ravel(u)
-        share = np.histogram(u, bins=ULP_BINS)[0] / max(u.size, 1)
-        ax.bar(
-            x + (i - (len(series) - 1) / 2) * width,
-            share,
-            width,
-            label=f"{label} (max {u.max():.1f})",
-        )
-    ax.set_xticks(x, names, fontsize=8)
-    ax.set_xlabel("error in float32 ulps of the reference")
-    ax.set_ylabel("share of elements")
-    ax.set_title(title)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    if note:
-        ax.figure.text(0.01, -0.06, note, fontsize=7, color="0.35", va="top")
-    return ax
+    labels = list(dict.fromkeys(k for _, series in panels for k in series))
+    colour = {k: f"C{i}" for i, k in enumerate(labels)}  # one colour per series in every panel
+    for ax, (panel_title, series) in zip(axs[0], panels):
+        width = 0.8 / max(len(series), 1)
+        for i, (label, u) in enumerate(series.items()):
+            u = np.ravel(u)
+            share = np.histogram(u, bins=ULP_BINS)[0] / max(u.size, 1)
+            off = (i - (len(series) - 1) / 2) * width
+            ax.bar(x + off, share, width, color=colour[label], label=f"{label} (max {u.max():.1f})")
+        if not series:
+            ax.text(0.5, 0.5, "no samples recorded", ha="center", transform=ax.transAxes)
+        ax.set_xticks(x, names, fontsize=8, rotation=30)
+        ax.set_xlabel("error in float32 ulps of the reference")
+        ax.set_ylabel("share of elements")
+        ax.set_title(panel_title, fontsize=9.5)
+        if series:
+            ax.legend(fontsize=8.5, loc="upper center", bbox_to_anchor=(0.5, -0.3), frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
 
 
 def recorded_samples(stage, kernels):
-    """{kernel: (golden, gpu)} of the bench's recorded sample pairs (results/*.npz, keyed
-    "<i>|<stage>|<kernel>") for those kernels of the stage; the runs of one kernel at several
-    sizes are concatenated. Empty when nothing was recorded."""
+    """{kernel: (golden, gpu, shapes)} of the bench's recorded sample pairs (results/*.npz,
+    keyed "<i>|<stage>|<kernel>", i the run's index in the results file) for those kernels of
+    the stage; the runs of one kernel at several sizes are concatenated and their shapes
+    listed. Empty when nothing was recorded."""
     s = nbutil.load_samples()
+    runs = (nbutil.load_results() or {}).get("runs", [])
     out = {}
     for key in s.get("run_keys", []):
         i, st, kernel = str(key).split("|", 2)
         if st == stage and kernel in kernels and f"{i}_golden" in s:
-            g, d = out.get(kernel, (np.empty(0, np.float32), np.empty(0, np.float32)))
+            g, d, shapes = out.get(kernel, (np.empty(0, np.float32), np.empty(0, np.float32), []))
+            shape = runs[int(i)].get("shape", {}) if int(i) < len(runs) else {}
             out[kernel] = (
                 np.concatenate([g, s[f"{i}_golden"]]),
                 np.concatenate([d, s[f"{i}_gpu"]]),
+                shapes + [shape],
             )
     return out
 
@@ -300,47 +315,65 @@ def show_lines(text, title, first, last):
     display(part)
 
 
-def l2_bytes(live=None):
-    """The L2 size of the device the ladder's numbers come from (None when not recorded)."""
-    if nbutil.live_wanted(live):
-        from .. import timing
+def mark_above_floor(ax, recs):
+    """A red ring around each run of a plot_ladder figure that is above its read floor
+    (nbutil.above_floor), named in the legend; nothing when there is none."""
+    over = nbutil.above_floor(recs)
+    if not over:
+        return
+    ax.plot(
+        [r["bytes"] for r in over],
+        [r["gbps"] for r in over],
+        "o",
+        ms=13,
+        mfc="none",
+        mec="tab:red",
+        mew=1.5,
+        label="above its read floor (see the take-away)",
+    )
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
-        return timing.l2_bytes()
-    return (nbutil.load_results() or {}).get("l2_bytes")
+
+def peer_lines(peers, recs):
+    """Lines for the stage bench's peer runs (queued or graph, on the GPU), each with the
+    ladder's own time of the fastest rung at the same rows when the ladder timed that size."""
+    best = {r.get("shape", {}).get("rows"): r for r in nbutil.best_rungs(recs).values()}
+    lines = []
+    for r in sorted(peers, key=lambda r: r["shape"]["rows"]):
+        rows = r["shape"]["rows"]
+        lad = best.get(rows)
+        also = (
+            f"; the ladder's {lad['kernel']}: {lad['median_us']:.1f} us"
+            if lad
+            else "; the ladder has no run at this size"
+        )
+        lines.append(
+            f"rows={rows}, {r['timing']}: {r['peer']} {r['peer_median_us']:.1f} us, "
+            f"ours ({r['kernel']}) {r['median_us']:.1f} us, torch / ours = {r['speedup']:.2f}"
+            + also
+        )
+    return lines
 
 
 def ladder_takeaway(recs, l2=None):
-    """Lines for the take-away: at each size, the fastest rung's time, % of copy, % of floor
-    (where recorded) and speed-up over v0; then any run above 100% of copy or of floor, with
-    the likely reason when its bytes fit in the L2 (the norm ladder times one input set again
-    and again, while its floor rotates over copies larger than the L2)."""
+    """Lines for the take-away, sizes ascending: the fastest rung's time, % of copy, % of
+    floor (where recorded) and speed-up over v0; then every run above 100% of its floor with
+    its likely reason (overview.floor_flags: l2 is the L2 size in bytes)."""
     lines = []
-    for size, best in nbutil.best_rungs(recs).items():
+    ranked = sorted(nbutil.best_rungs(recs).items(), key=lambda kv: kv[1].get("bytes", 0))
+    for size, best in ranked:
         v0 = next(
             (r for r in recs.runs if r.get("rung") == 0 and r.get("shape") == best.get("shape")),
             None,
         )
-        pf = best.get("pct_of_floor")
+        pf, fl = best.get("pct_of_floor"), best.get("floor_us")
+        floor_copy = 100 * best["bytes"] / fl / 1e3 / recs.copy_gbps if fl else 0.0
+        floor_copy = floor_copy if np.isfinite(floor_copy) else 0.0  # no copy rate recorded
         lines.append(
             f"{best.get('family')} at {size}: fastest {best['kernel']} "
             f"{best['median_us']:.1f} us = {best['pct_of_copy']:.0f}% of copy"
             + (f", {pf:.0f}% of floor" if pf is not None else ", floor not recorded")
+            + (f" (the floor: {floor_copy:.0f}% of copy)" if floor_copy else "")
             + (f", {v0['median_us'] / best['median_us']:.0f}x v0" if v0 else "")
         )
-    for r in recs.runs:
-        over = [
-            f"{r[k]:.0f}% of {what}"
-            for k, what in (("pct_of_copy", "copy"), ("pct_of_floor", "floor"))
-            if (r.get(k) or 0) > 100
-        ]
-        if over:
-            why = (
-                f": its {r['bytes'] / 1e6:.0f} MB fit in the {l2 / 1e6:.0f} MB L2 and the "
-                "ladder reads the same input every call, so part of it can come from the L2"
-                if l2 and r["bytes"] < l2
-                else ""
-            )
-            lines.append(
-                f"{r['kernel']} at {r['bytes'] / 1e6:.1f} MB is above {' and '.join(over)}{why}"
-            )
-    return lines
+    return lines + floor_flags(recs, l2)

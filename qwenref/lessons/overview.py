@@ -1,6 +1,7 @@
 """Helpers of notebooks/00_overview.ipynb: the map of one decode step, a sketch of queued
-timing, the figure of what each cache kind costs a decode, the read floor's table and the
-ladder's summary (every kernel family's v0 against its fastest rung), read from records."""
+timing, the figure of what each cache kind costs a decode, the L2 size and the read floor's
+table, the runs above their floor with their likely reason, and the ladder's summary (every
+kernel family's v0 against its fastest rung), read from records."""
 
 from __future__ import annotations
 
@@ -12,9 +13,14 @@ __all__ = [
     "FAMILIES",
     "draw_decode_step",
     "draw_queued_timing",
+    "sketch_per_call",
     "plot_cache_costs",
+    "l2_bytes",
+    "print_l2",
     "floor_runs",
     "print_floor_runs",
+    "floor_flags",
+    "family_records",
     "ladder_summary",
     "print_ladder_summary",
     "plot_ladder_summary",
@@ -196,15 +202,9 @@ def _lane(ax, y, spans, color, labels=True):
             ax.text((t0 + t1) / 2, y, text, ha="center", va="center", fontsize=7)
 
 
-def draw_queued_timing(host_us=5.0, kernel_us=2.0, calls=4, axes=None):
-    """Two sketches on one time axis (not measured: host_us per launch, kernel_us per kernel).
-    Top, queued: the host queues a spin kernel, event a, the calls and event b; the GPU spins
-    until all of them are queued, then runs the calls back to back, so (b − a) / calls is the
-    GPU's time per call. Bottom, eager: each launch reaches an idle GPU, the host's launch cost
-    sits between the kernels and (b − a) counts it."""
-    import matplotlib.pyplot as plt
-
-    axes = axes if axes is not None else plt.subplots(2, 1, figsize=(10, 3.6), sharex=True)[1]
+def _sketch(host_us, kernel_us, calls):
+    """The spans of both sketches and their events: {"queued" | "eager": (host spans, GPU
+    spans, event a, event b)}; spans are (start, end, text) in µs."""
     spin_end = host_us * (calls + 2) + 2.0
     host = [(0, host_us, "spin")] + [
         (host_us * (i + 1), host_us * (i + 2), f"launch {i + 1}") for i in range(calls)
@@ -213,33 +213,55 @@ def draw_queued_timing(host_us=5.0, kernel_us=2.0, calls=4, axes=None):
         (spin_end + kernel_us * i, spin_end + kernel_us * (i + 1), f"k{i + 1}")
         for i in range(calls)
     ]
-    a, b = spin_end, spin_end + kernel_us * calls
     eager_host = [(host_us * i, host_us * (i + 1), f"launch {i + 1}") for i in range(calls)]
     eager_gpu = [
         (host_us * (i + 1) + 0.5, host_us * (i + 1) + 0.5 + kernel_us, f"k{i + 1}")
         for i in range(calls)
     ]
-    ea, eb = eager_gpu[0][0], eager_gpu[-1][1]
-    for ax, (h, g, ta, tb, title) in zip(
-        axes,
-        [
-            (host, gpu, a, b, "queued: (b − a) / calls = the GPU's time per call"),
-            (eager_host, eager_gpu, ea, eb, "eager: the GPU waits for each launch"),
-        ],
-    ):
+    return {
+        "queued": (host, gpu, spin_end, spin_end + kernel_us * calls),
+        "eager": (eager_host, eager_gpu, eager_gpu[0][0], eager_gpu[-1][1]),
+    }
+
+
+def sketch_per_call(host_us=5.0, kernel_us=2.0, calls=4):
+    """What each sketch of draw_queued_timing measures per call, (b − a) / calls in µs:
+    {"queued": .., "eager": ..}, against a kernel of kernel_us."""
+    return {k: (b - a) / calls for k, (_, _, a, b) in _sketch(host_us, kernel_us, calls).items()}
+
+
+def draw_queued_timing(host_us=5.0, kernel_us=2.0, calls=4, axes=None):
+    """Two sketches on one time axis (not measured: host_us per launch, kernel_us per kernel).
+    Top, queued: the host queues a spin kernel, event a, the calls and event b; the GPU spins
+    until all of them are queued, then runs the calls back to back, so (b − a) / calls is the
+    GPU's time per call. Bottom, eager: each launch reaches an idle GPU, the host's launch cost
+    sits between the kernels and (b − a) counts it. Each title says what (b − a) / calls
+    comes to (sketch_per_call)."""
+    import matplotlib.pyplot as plt
+
+    axes = axes if axes is not None else plt.subplots(2, 1, figsize=(10, 3.8), sharex=True)[1]
+    spans = _sketch(host_us, kernel_us, calls)
+    per = sketch_per_call(host_us, kernel_us, calls)
+    titles = {
+        "queued": f"queued: (b − a) / {calls} = {per['queued']:g} µs, the kernel's own time",
+        "eager": f"eager: (b − a) / {calls} = {per['eager']:g} µs for a {kernel_us:g} µs kernel: "
+        "the GPU waits for each launch",
+    }
+    for ax, (how, (h, g, ta, tb)) in zip(axes, spans.items()):
         _lane(ax, 1, h, "#eeeeee")
         _lane(ax, 0, g, "#cfe2f3")
         for t, name in ((ta, "event a"), (tb, "event b")):
             ax.axvline(t, color="tab:red", lw=1, ls="--")
-            ax.text(t, 1.55, name, color="tab:red", fontsize=7, ha="center")
+            ax.text(t, 1.55, name, color="tab:red", fontsize=7.5, ha="center")
         ax.set_yticks([0, 1], ["GPU", "host"])
         ax.set_ylim(-0.6, 1.8)
-        ax.set_title(title, fontsize=9, loc="left")
+        ax.set_title(titles[how], fontsize=9.5, loc="left")
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-    axes[-1].set_xlim(0, max(b, eb) + 2)
+    end = max(b for *_, b in spans.values())
+    axes[-1].set_xlim(0, end + 2)
     axes[-1].set_xlabel(
-        f"time (sketch: {host_us:g} µs of host time per launch, {kernel_us:g} µs per kernel)"
+        f"time in µs (sketch: {host_us:g} µs of host time per launch, {kernel_us:g} µs per kernel)"
     )
     axes[0].figure.tight_layout()
     return axes
@@ -275,7 +297,30 @@ def plot_cache_costs(positions, errors, masks, bytes_per_token, block_tokens):
     return fig
 
 
-# ---- the copy rate and the read floor ----------------------------------------------------------
+# ---- the L2, the copy rate and the read floor ---------------------------------------------------
+
+_MIB = 1 << 20
+
+
+def l2_bytes(live=None):
+    """The L2 size in bytes of the device the numbers come from: this GPU's when measuring
+    live, else the results file's (None when it records none)."""
+    if nbutil.live_wanted(live):
+        from .. import timing
+
+        return timing.l2_bytes()
+    return (nbutil.load_results() or {}).get("l2_bytes")
+
+
+def print_l2(live=None):
+    """One line: the L2 size in MiB, and whose it is."""
+    l2 = l2_bytes(live)
+    if l2 is None:
+        print("L2 size: not recorded in results/nvidia-h200.json")
+        return
+    res = nbutil.load_results() or {}
+    whose = "this GPU" if nbutil.live_wanted(live) else f"{res.get('device', '?')} (results file)"
+    print(f"L2 of {whose}: {l2 / _MIB:.0f} MiB ({l2} bytes)")
 
 
 def _is_floor(r):
@@ -322,6 +367,29 @@ def print_floor_runs(recs):
         )
 
 
+def floor_flags(recs, l2=None):
+    """One line per run above 100% of its read floor (nbutil.above_floor), with its likely
+    reason: a working set that fits in the L2 (l2 bytes) was served partly from the L2; a
+    larger one up to 3% above is the noise of two separate timings (the floor is a
+    measured launch too); anything else is named as unexplained."""
+    lines = []
+    for r in sorted(nbutil.above_floor(recs), key=lambda r: r.get("bytes", 0)):
+        pf, nbytes = r["pct_of_floor"], r.get("bytes", 0)
+        if l2 and nbytes <= l2:
+            why = (
+                f"{nbytes / _MIB:.1f} MiB fit in the {l2 / _MIB:.0f} MiB L2: partly served from it"
+            )
+        elif l2 and pf < 103:
+            why = f"{nbytes / _MIB:.0f} MiB, more than the L2: the noise of two timings"
+        elif l2:
+            why = "not explained by the L2: look at this run"
+        else:
+            why = "the L2 size is not recorded"
+        size = _size_text(r.get("shape", {})) or f"{nbytes / _MIB:.1f} MiB"
+        lines.append(f"{r['kernel']} at {size} reaches {pf:.0f}% of its floor (likely: {why})")
+    return lines
+
+
 # ---- the ladder, summarised ------------------------------------------------------------------
 
 
@@ -335,80 +403,133 @@ def _size_text(sh):
     return ", ".join(f"{k}={sh[k]}" for k in keys if k in sh)
 
 
-def ladder_summary(families=FAMILIES, live=False):
-    """(rows, sources): per family and cache kind / weight format, at its largest recorded
-    size, v0's time and the fastest rung's. live=False reads the results file (measuring every
-    family takes minutes; each stage notebook measures its own family live)."""
-    rows, sources = [], []
-    for fam in families:
-        recs = nbutil.ladder_records(fam, live=live)
-        if recs.source not in sources:
-            sources.append(recs.source)
+def family_records(families=FAMILIES, live=False):
+    """{family: Records} of every ladder family. live=False reads the results file (measuring
+    every family takes minutes; each stage notebook measures its own family live)."""
+    return {fam: nbutil.ladder_records(fam, live=live) for fam in families}
+
+
+def _sources(by_family):
+    return list(dict.fromkeys(recs.source for recs in by_family.values()))
+
+
+def _summary_row(fam, variant, runs):
+    """v0 against the fastest rung at the largest size where both were timed (v0 is often
+    too slow to time at the largest size); the larger sizes left out are listed."""
+    sizes = sorted({r["bytes"] for r in runs})
+    both = [
+        b
+        for b in sizes
+        if any(r["bytes"] == b and r.get("rung") == 0 for r in runs)
+        and any(r["bytes"] == b and r.get("rung") != 0 for r in runs)
+    ]
+    top = both[-1] if both else sizes[-1]
+    at = [r for r in runs if r["bytes"] == top]
+    v0 = next((r for r in at if r.get("rung") == 0), None)
+    best = min(at, key=lambda r: r["median_us"])
+    skipped = [_size_text(r["shape"]) for r in runs if r["bytes"] > top and r is not v0]
+    return dict(
+        family=fam,
+        variant=variant,
+        label=f"{fam} {variant}".strip(),
+        size=_size_text(best["shape"]),
+        v0_us=v0["median_us"] if v0 else np.nan,
+        v0_pct=v0["pct_of_copy"] if v0 else np.nan,
+        v0_floor=(v0.get("pct_of_floor") or np.nan) if v0 else np.nan,
+        best=best["kernel"],
+        best_rung=best.get("rung"),
+        best_us=best["median_us"],
+        best_pct=best["pct_of_copy"],
+        best_floor=best.get("pct_of_floor") or np.nan,
+        skipped=sorted(set(skipped)),
+    )
+
+
+def ladder_summary(by_family):
+    """One row per family and cache kind / weight format (family_records' records): v0's time
+    and the fastest rung's, at the largest size where both were recorded."""
+    rows = []
+    for fam, recs in by_family.items():
         groups = {}
         for r in recs.runs:
             if r.get("median_us") and r.get("bytes"):
                 groups.setdefault(_variant(r), []).append(r)
-        for variant, runs in groups.items():
-            top = max(r["bytes"] for r in runs)
-            at = [r for r in runs if r["bytes"] == top]
-            v0 = next((r for r in at if r.get("rung") == 0), None)
-            best = min(at, key=lambda r: r["median_us"])
-            rows.append(
-                dict(
-                    family=fam,
-                    variant=variant,
-                    size=_size_text(best["shape"]),
-                    v0_us=v0["median_us"] if v0 else np.nan,
-                    v0_pct=v0["pct_of_copy"] if v0 else np.nan,
-                    best=best["kernel"],
-                    best_rung=best.get("rung"),
-                    best_us=best["median_us"],
-                    best_pct=best["pct_of_copy"],
-                )
-            )
-    return rows, sources
+        rows += [_summary_row(fam, variant, runs) for variant, runs in groups.items()]
+    return rows
 
 
-def print_ladder_summary(rows, sources):
-    """The summary as a table, the records' sources first."""
-    for s in sources:
+def print_ladder_summary(rows, by_family):
+    """The summary as a table, the records' sources first, then the larger sizes where v0
+    was not recorded (the fastest rung's run there is in the stage notebook)."""
+    for s in _sources(by_family):
         print(s)
+    if not rows:
+        print("no ladder runs recorded")
+        return
     print(
-        f"{'family':<18}{'kind':<7}{'size':<18}{'v0 us':>10}  {'fastest rung':<32}"
-        f"{'us':>8}{'x v0':>7}{'% copy':>8}"
+        f"{'family':<21}{'size':<22}{'v0 us':>10}  {'fastest rung':<32}"
+        f"{'us':>7}{'x v0':>7}{'% copy':>7}{'% floor':>8}"
     )
     for r in rows:
         print(
-            f"{r['family']:<18}{r['variant']:<7}{r['size']:<18}{r['v0_us']:10.1f}  "
-            f"{r['best_rung']}: {r['best']:<29}{r['best_us']:8.1f}"
-            f"{r['v0_us'] / r['best_us']:7.1f}{r['best_pct']:8.1f}"
+            f"{r['label']:<21}{r['size']:<22}{r['v0_us']:10.1f}  "
+            f"{r['best_rung']}: {r['best']:<29}{r['best_us']:7.1f}"
+            f"{r['v0_us'] / r['best_us']:7.1f}{r['best_pct']:7.1f}{r['best_floor']:8.1f}"
         )
-    if not rows:
-        print("no ladder runs recorded")
+    for r in rows:
+        if r["skipped"]:
+            print(f"{r['label']}: v0 not recorded at {'; '.join(r['skipped'])} (not in the table)")
 
 
-def plot_ladder_summary(rows, sources, ax=None):
-    """Per family: % of copy of v0 (grey) and of the fastest rung (blue), joined by a line,
-    log x (the steps span four decades)."""
+def _dots(ax, rows, y, key_v0, key_best):
+    v0 = np.array([r[key_v0] for r in rows])
+    best = np.array([r[key_best] for r in rows])
+    ax.hlines(y, v0, best, color="0.75", lw=2)
+    # v0 an open ring, the fastest rung a dot inside it: where both are equal both stay visible
+    ax.plot(
+        v0,
+        y,
+        "o",
+        ms=9,
+        mfc="none",
+        mec="0.35",
+        mew=1.5,
+        label="v0 (the golden formula, translated directly)",
+    )
+    ax.plot(best, y, "o", ms=5, color="tab:blue", label="fastest rung")
+    ax.axvline(
+        100, color="k", ls="--", lw=1, label="100% (left: of the copy rate, right: of the floor)"
+    )
+    ax.set_xscale("log")
+
+
+def plot_ladder_summary(rows, by_family):
+    """Per family: v0 (grey ring) and the fastest rung (blue dot), joined by a line, at the
+    size of the table; left in % of the copy rate, right in % of the read floor (log x: the
+    steps span several decades). The records' sources under the title."""
     import matplotlib.pyplot as plt
 
-    ax = ax or plt.subplots(figsize=(8, 0.32 * max(len(rows), 3) + 1.2))[1]
+    sources = "; ".join(_sources(by_family))
     if not rows:
-        ax.text(0.5, 0.5, "no ladder runs: " + "; ".join(sources), ha="center", va="center")
+        ax = plt.subplots(figsize=(8, 2))[1]
+        ax.text(0.5, 0.5, "no ladder runs: " + sources, ha="center", va="center")
         ax.set_axis_off()
         return ax
+    height = 0.32 * max(len(rows), 3) + 1.6
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, height), sharey=True)
     y = np.arange(len(rows))[::-1]
-    v0 = np.array([r["v0_pct"] for r in rows])
-    best = np.array([r["best_pct"] for r in rows])
-    ax.hlines(y, v0, best, color="0.7", lw=2)
-    ax.plot(v0, y, "o", color="0.45", label="v0 (the golden formula, translated directly)")
-    ax.plot(best, y, "o", color="tab:blue", label="fastest rung")
-    ax.axvline(100, color="k", ls="--", lw=1, label="the copy rate")
-    labels = [f"{r['family']} {r['variant']}".strip() for r in rows]
-    ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xscale("log")
-    ax.set_xlabel("% of the copy rate (log), at each family's largest recorded size")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    ax.set_title("the ladder: from v0 to the fastest rung")
-    ax.figure.text(0.01, -0.02, "; ".join(sources), fontsize=7, color="0.35")
-    return ax
+    _dots(a1, rows, y, "v0_pct", "best_pct")
+    _dots(a2, rows, y, "v0_floor", "best_floor")
+    a1.set_yticks(y, [r["label"] for r in rows], fontsize=8.5)
+    a1.set_xlabel("% of the copy rate (log)")
+    a2.set_xlabel("% of the read floor (log)")
+    a2.legend(
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0,
+    )
+    fig.suptitle("the ladder: from v0 to the fastest rung, at each row's size in the table")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.text(0.5, 0.93, sources, ha="center", fontsize=7.5, color="0.35")
+    return fig
