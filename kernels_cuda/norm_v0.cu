@@ -12,7 +12,8 @@
 // Differences from golden: the same float32 formula with every step IEEE-rounded in golden's
 //   order (r = 1 / sqrt(ss / n + eps), then (x · r) · w'), but ss is one sequential chain of n
 //   fused multiply-adds, not numpy's pairwise sum: its relative error is <= n · 2^-24 (all
-//   terms >= 0), halved by the sqrt, so y is within ~(n/4 + 3) float32 ulps of exact, relative.
+//   terms >= 0), halved by the sqrt: n · 2^-25 of |y|, plus 3 roundings. An ulp is 2^-23 of |y|
+//   just above a power of two and 2^-24 just below one, so that is ~(n/4 + 3) to ~(n/2 + 3) ulps.
 //   s = x + residual is one float32 add: bit-identical to golden.
 // Aliasing: one thread reads and writes a whole row, each element read before it is written,
 //   so out = x and sum_out = residual (in-place residual update) are both fine.
