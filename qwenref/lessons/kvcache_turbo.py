@@ -431,6 +431,15 @@ def plot_rotation_probes(probes, signs):
             label="√d · WHT(s∘x)",
         )
         ax.plot(zz, _pdf(zz), "k:", lw=1, label="N(0, 1)")
+        if np.abs(y_fixed).max() > 4.1:  # a spike the clipped axis cannot show
+            top = float(np.abs(y_fixed).max())
+            ax.annotate(
+                f"1 value at {top:.0f}",
+                xy=(4.1, 0.02),
+                xytext=(0.8, 1.5),
+                arrowprops=dict(arrowstyle="->"),
+                fontsize=8,
+            )
         ax.set_title(f"{name}: max|√d·WHT(x)| = {np.abs(y_fixed).max():.1f}", fontsize=9)
         ax.set_xlabel("coordinate × √d (clipped at ±4.1)")
     axes[0].set_ylabel("density")
@@ -452,7 +461,7 @@ def turboquant_mse(X, levels, signs):
 
 
 def spark_format(X, b):
-    """spark_model's turbo-b: the fixed WHT, golden.turbo_quantize (per-16 float16 scales), back."""
+    """This cache's turbo-b: the fixed WHT, golden.turbo_quantize (per-16 float16 scales), back."""
     return golden.wht(golden.turbo_dequantize(*golden.turbo_quantize(golden.wht(X), b), b))
 
 
@@ -465,7 +474,7 @@ def plot_tq_vs_spark(B, tq, spark, d=256):
     axes[0].plot(bb, bound, "k--", label="TurboQuant bound (√3π/2)·4^-b")
     axes[0].plot(bb, 4.0**-bb, "k:", label="lower bound 4^-b (any quantizer)")
     axes[0].plot(bb, [tq[b] for b in B], "C0-o", label="TurboQuant-MSE (signs + WHT, Lloyd–Max)")
-    axes[0].plot(bb, [spark[b] for b in B], "C3-s", label="spark_model turbo-b (WHT, per-16 scale)")
+    axes[0].plot(bb, [spark[b] for b in B], "C3-s", label="turbo-b, this cache (WHT, per-16 scale)")
     axes[0].set_xlabel("code bits b per coordinate (scale / norm not counted)")
     axes[0].set_title("at equal code bits", fontsize=9)
     axes[1].plot(bb + 32 / d, bound, "k--")
