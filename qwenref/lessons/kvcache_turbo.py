@@ -85,7 +85,7 @@ def draw_bit_layout(codes, n):
     for i in range(16):
         ax.text(n * i + n / 2, 1.15 + 0.3 * (i % 2), f"c{i}={codes[i]}", ha="center", fontsize=8)
     for b in range(2 * n + 1):
-        ax.axvline(8 * b, color="k", lw=2)
+        ax.vlines(8 * b, -0.6, 1.05, color="k", lw=2)  # below the code labels
         if b < 2 * n:
             ax.text(8 * b + 4, -0.45, f"byte {b} (bits 0→7)", ha="center", fontsize=8)
     ax.set_xlim(0, 16 * n)
@@ -301,8 +301,8 @@ def plot_bits_experiment(mse, att, keysets):
         ax.set_xlabel("bits per value (scales included)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
-    slope = [0.6 * 4.0 ** -(b - 3) for b in xb]  # drawn above the data, for its slope
-    axes[0].plot(xb, slope, "k:", lw=1, label="slope 4^-n (6 dB per bit)")
+    slope = [5.0 * 4.0 ** -(b - 3) for b in xb]  # drawn above the data, for its slope
+    axes[0].plot(xb, slope, ":", color="0.5", lw=1, label="slope 4^-n (6 dB per bit)")
     axes[0].annotate(
         "bf16: both key sets\n(the same value)",
         (16, mse["outlier keys", "bf16", True]),
