@@ -78,12 +78,8 @@ def _bytes_text(v):
 
 
 def tidy_ladder(ax):
-    """After nbutil.plot_ladder: move its source line below the x label (it is drawn at a fixed
-    height, where it can overlap the label), label both log axes readably, and widen the x
-    range to at least a decade (one recorded size would leave it without a tick label)."""
-    for t in list(ax.figure.texts):
-        t.remove()
-        note(ax, t.get_text())
+    """After nbutil.plot_ladder: label both log axes readably, and widen the x range to at
+    least a decade (one recorded size would leave it without a tick label)."""
     lo, hi = ax.get_xlim()
     mid = np.sqrt(lo * hi)
     ax.set_xlim(min(lo, mid / 10**0.5), max(hi, mid * 10**0.5))
@@ -327,6 +323,9 @@ def plot_attention_errors(Ts, errs):
     ax.set_xlabel("context length T (tokens)")
     ax.set_ylabel("‖out − out₆₄‖ / ‖out₆₄‖")
     readable_log(ax.yaxis)
+    from matplotlib.ticker import LogLocator
+
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))  # bf16 sits low
     ax.set_title("attention output error by cache kind (Qwen3.5-27B shape)", fontsize=9)
     legend_outside(ax)
     note(ax, GOLDEN_NOTE + "; attention_by_cache(seed=3), 3 query rows × 24 heads")
@@ -559,3 +558,26 @@ def compare_group_sizes(roundtrip_fn, sizes=(16, 32, 64, 128)):
         xh = np.asarray(roundtrip_fn(x, g), np.float64)
         mse = ((xh - x) ** 2).sum() / (x.astype(np.float64) ** 2).sum()
         print(f"{g:4d} {8 + 16 / g:11.3f} {mse:10.2e}")
+
+
+def print_attention_speed(recs):
+    """Per T of the attention records: bf16's fastest rung against q8 on the same CUDA-core
+    split-T rung and q8's fastest rung; a ratio below 1 means q8 is slower."""
+    print(recs.source)
+    runs = [r for r in recs.runs if r.get("median_us") and r["shape"].get("kind") in ("bf16", "q8")]
+    if not runs:
+        print("no attention runs recorded: nothing to compare")
+        return
+    for T in sorted({r["shape"]["T"] for r in runs}):
+        at = [r for r in runs if r["shape"]["T"] == T]
+        bf = [r for r in at if r["shape"]["kind"] == "bf16"]
+        q8 = {r["rung"]: r for r in at if r["shape"]["kind"] == "q8"}
+        if not bf or not q8:
+            continue
+        b = min(bf, key=lambda r: r["median_us"])
+        line = f"T={T:>6}: bf16 {b['kernel']} {b['median_us']:.1f} µs"
+        for r in (q8.get(b["rung"]), min(q8.values(), key=lambda r: r["median_us"])):
+            if r is not None and r["kernel"] not in line:
+                line += f"; q8 {r['kernel']} {r['median_us']:.1f} µs = "
+                line += f"{b['median_us'] / r['median_us']:.2f}× bf16's speed"
+        print(line)

@@ -85,7 +85,7 @@ def draw_bit_layout(codes, n):
     for i in range(16):
         ax.text(n * i + n / 2, 1.15 + 0.3 * (i % 2), f"c{i}={codes[i]}", ha="center", fontsize=8)
     for b in range(2 * n + 1):
-        ax.axvline(8 * b, color="k", lw=2)
+        ax.vlines(8 * b, -0.6, 1.05, color="k", lw=2)  # below the code labels
         if b < 2 * n:
             ax.text(8 * b + 4, -0.45, f"byte {b} (bits 0→7)", ha="center", fontsize=8)
     ax.set_xlim(0, 16 * n)
@@ -301,8 +301,8 @@ def plot_bits_experiment(mse, att, keysets):
         ax.set_xlabel("bits per value (scales included)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
-    slope = [0.6 * 4.0 ** -(b - 3) for b in xb]  # drawn above the data, for its slope
-    axes[0].plot(xb, slope, "k:", lw=1, label="slope 4^-n (6 dB per bit)")
+    slope = [5.0 * 4.0 ** -(b - 3) for b in xb]  # drawn above the data, for its slope
+    axes[0].plot(xb, slope, ":", color="0.5", lw=1, label="slope 4^-n (6 dB per bit)")
     axes[0].annotate(
         "bf16: both key sets\n(the same value)",
         (16, mse["outlier keys", "bf16", True]),
@@ -431,6 +431,15 @@ def plot_rotation_probes(probes, signs):
             label="√d · WHT(s∘x)",
         )
         ax.plot(zz, _pdf(zz), "k:", lw=1, label="N(0, 1)")
+        if np.abs(y_fixed).max() > 4.1:  # a spike the clipped axis cannot show
+            top = float(np.abs(y_fixed).max())
+            ax.annotate(
+                f"1 value at {top:.0f}",
+                xy=(4.1, 0.02),
+                xytext=(0.8, 1.5),
+                arrowprops=dict(arrowstyle="->"),
+                fontsize=8,
+            )
         ax.set_title(f"{name}: max|√d·WHT(x)| = {np.abs(y_fixed).max():.1f}", fontsize=9)
         ax.set_xlabel("coordinate × √d (clipped at ±4.1)")
     axes[0].set_ylabel("density")
@@ -452,7 +461,7 @@ def turboquant_mse(X, levels, signs):
 
 
 def spark_format(X, b):
-    """spark_model's turbo-b: the fixed WHT, golden.turbo_quantize (per-16 float16 scales), back."""
+    """This cache's turbo-b: the fixed WHT, golden.turbo_quantize (per-16 float16 scales), back."""
     return golden.wht(golden.turbo_dequantize(*golden.turbo_quantize(golden.wht(X), b), b))
 
 
@@ -465,7 +474,7 @@ def plot_tq_vs_spark(B, tq, spark, d=256):
     axes[0].plot(bb, bound, "k--", label="TurboQuant bound (√3π/2)·4^-b")
     axes[0].plot(bb, 4.0**-bb, "k:", label="lower bound 4^-b (any quantizer)")
     axes[0].plot(bb, [tq[b] for b in B], "C0-o", label="TurboQuant-MSE (signs + WHT, Lloyd–Max)")
-    axes[0].plot(bb, [spark[b] for b in B], "C3-s", label="spark_model turbo-b (WHT, per-16 scale)")
+    axes[0].plot(bb, [spark[b] for b in B], "C3-s", label="turbo-b, this cache (WHT, per-16 scale)")
     axes[0].set_xlabel("code bits b per coordinate (scale / norm not counted)")
     axes[0].set_title("at equal code bits", fontsize=9)
     axes[1].plot(bb + 32 / d, bound, "k--")
