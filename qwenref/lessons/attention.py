@@ -112,16 +112,16 @@ def plot_split_rule(n_sm=N_SM):
     Ts = np.unique(np.round(np.logspace(5, 17.01, 200, base=2)).astype(int))
     rule = np.array([golden.default_n_splits(int(t)) for t in Ts])
     fig, axs = plt.subplots(1, 2, figsize=(11, 3.4))
-    axs[0].plot(Ts, rule, "k-", label="qwen4_exp: ceil(T / 96), at most 64")
+    axs[0].plot(Ts, rule, "k-", lw=2.5, zorder=3, label="qwen4_exp: ceil(T / 96), at most 64")
     cases = ((4, 1, "tab:blue"), (2, 1, "tab:orange"), (4, 4, "tab:green"))
     for nkv, nb, c in cases:
-        need = -(-n_sm // (nkv * nb))
-        axs[0].axhline(need, color=c, ls="--", lw=1, label=f"1 CTA per SM at nkv={nkv}, nb={nb}")
-        axs[1].plot(Ts, rule * nkv * nb, color=c, label=f"qwen4_exp rule, nkv={nkv}, nb={nb}")
+        need, lab = -(-n_sm // (nkv * nb)), f"1 CTA per SM at nkv={nkv}, nb={nb}"
+        axs[0].axhline(need, color=c, ls="--", lw=1, label=lab + " (never)" * (need > 64))
+        axs[1].plot(Ts, rule * nkv * nb, color=c, lw=2.5, label=f"rule, nkv={nkv}, nb={nb}")
     axs[0].set_ylabel("n_splits")
     axs[0].set_title("splits")
     for per_sm, ls in ((1, "--"), (4, ":")):
-        axs[1].axhline(n_sm * per_sm, color="k", ls=ls, lw=1, label=f"{n_sm} SMs x {per_sm} CTA")
+        axs[1].axhline(n_sm * per_sm, color="k", ls=ls, lw=0.8, label=f"{n_sm} SMs x {per_sm} CTA")
     axs[1].set_ylabel("CTAs = nb x nkv x n_splits")
     axs[1].set_title("CTAs the qwen4_exp rule launches")
     for ax in axs:
