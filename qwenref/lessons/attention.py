@@ -11,34 +11,13 @@ import numpy as np
 from .. import golden, nbutil
 from ..layout import side_bytes_per_head, side_kinds
 
-__all__ = [
-    "truth64",
-    "merge_states",
-    "f32_sequential",
-    "split_errors",
-    "plot_split_errors",
-    "plot_split_rule",
-    "designed_row",
-    "study_rows",
-    "sparse_v_sweep",
-    "plot_sparse_v",
-    "knob_figure",
-    "knob_sliders",
-    "cache_row",
-    "kind_errors",
-    "print_side_costs",
-    "print_bf16_keys",
-    "plot_kinds",
-    "plan_calls",
-    "print_plans",
-    "lines_between",
-    "show_cut",
-    "show_rung",
-    "plot_errors",
-    "plot_ladder",
-    "plot_splits",
-    "take_away",
-]
+__all__ = """
+    truth64 merge_states f32_sequential split_errors plot_split_errors plot_split_rule
+    designed_row study_rows row_shapes sparse_v_sweep plot_sparse_v knob_figure knob_sliders
+    cache_row kind_errors print_side_costs print_bf16_keys plot_kinds plan_calls print_plans
+    lines_between show_cut show_rung print_v0_growth plot_errors print_kind_times
+    take_away
+""".split()
 
 N_SM = 132  # an H200's SMs: the split rule's figure is drawn for it
 
@@ -133,16 +112,16 @@ def plot_split_rule(n_sm=N_SM):
     Ts = np.unique(np.round(np.logspace(5, 17.01, 200, base=2)).astype(int))
     rule = np.array([golden.default_n_splits(int(t)) for t in Ts])
     fig, axs = plt.subplots(1, 2, figsize=(11, 3.4))
-    axs[0].plot(Ts, rule, "k-", label="qwen4_exp: ceil(T / 96), at most 64")
+    axs[0].plot(Ts, rule, "k-", lw=2.5, zorder=3, label="qwen4_exp: ceil(T / 96), at most 64")
     cases = ((4, 1, "tab:blue"), (2, 1, "tab:orange"), (4, 4, "tab:green"))
     for nkv, nb, c in cases:
-        need = -(-n_sm // (nkv * nb))
-        axs[0].axhline(need, color=c, ls="--", lw=1, label=f"1 CTA per SM at nkv={nkv}, nb={nb}")
-        axs[1].plot(Ts, rule * nkv * nb, color=c, label=f"qwen4_exp rule, nkv={nkv}, nb={nb}")
+        need, lab = -(-n_sm // (nkv * nb)), f"1 CTA per SM at nkv={nkv}, nb={nb}"
+        axs[0].axhline(need, color=c, ls="--", lw=1, label=lab + " (never)" * (need > 64))
+        axs[1].plot(Ts, rule * nkv * nb, color=c, lw=2.5, label=f"rule, nkv={nkv}, nb={nb}")
     axs[0].set_ylabel("n_splits")
     axs[0].set_title("splits")
     for per_sm, ls in ((1, "--"), (4, ":")):
-        axs[1].axhline(n_sm * per_sm, color="k", ls=ls, lw=1, label=f"{n_sm} SMs x {per_sm} CTA")
+        axs[1].axhline(n_sm * per_sm, color="k", ls=ls, lw=0.8, label=f"{n_sm} SMs x {per_sm} CTA")
     axs[1].set_ylabel("CTAs = nb x nkv x n_splits")
     axs[1].set_title("CTAs the qwen4_exp rule launches")
     for ax in axs:
@@ -189,6 +168,21 @@ def study_rows(T=1024, seed=2):
     rows["spread"] = ((2.5 * q).astype(np.float32), k)
     rows["flat"] = (q, k)
     return rows, v
+
+
+def row_shapes(rows):
+    """Per row, the mean over its q heads of: the score spread sigma_s (std of q.k / sqrt(hd)),
+    N_eff = 1 / sum p^2 and the mass of the 12 largest p (how peaked the softmax is)."""
+    print(f"{'row':<8}{'sigma_s':>8}{'N_eff':>9}{'top-12 mass':>13}")
+    for name, (q, k) in rows.items():
+        nkv, _, hd = k.shape
+        qg = np.asarray(q, np.float64).reshape(nkv, -1, hd)
+        sc = np.einsum("grd,gtd->grt", qg, np.asarray(k, np.float64)).reshape(len(q), -1)
+        p = _probs(q, k)
+        sigma = (sc / np.sqrt(hd)).std(-1).mean()
+        n_eff = (1 / (p**2).sum(-1)).mean()
+        top12 = np.sort(p, -1)[:, -12:].sum(-1).mean()
+        print(f"{name:<8}{sigma:8.2f}{n_eff:9.1f}{top12:13.2f}")
 
 
 def _probs(q, k):
@@ -371,37 +365,39 @@ def print_bf16_keys(errs, hd=128):
         extra = side_bytes_per_head("bf16", hd) - side_bytes_per_head(f"turbo{n}", hd)
         for name in errs:
             a, b = errs[name][f"turbo{n}"]["err"], errs[name][f"bf16k-turbo{n}v"]["err"]
+            gain = f"{a / b:.2f}x less" if a / b >= 1.05 else f"no gain: {a / b:.2f}x"
             print(
                 f"{name:<7} turbo{n} -> bf16k-turbo{n}v: error {a:.1e} -> {b:.1e} "
-                f"({a / b:.1f}x less) for {extra} more bytes per token per kv head"
+                f"({gain}) for {extra} more bytes per token per kv head"
             )
 
 
 def plot_kinds(errs, hd=128):
-    """Attention error per cache kind (bars, one per row) against the kind's bytes (dots)."""
+    """Two panels over the cache kinds: the attention error (one bar per row, log scale) and
+    the kind's stored bytes per token per kv head (linear)."""
     import matplotlib.pyplot as plt
 
     kinds = list(golden.CACHE_KINDS)
-    fig, ax = plt.subplots(figsize=(8, 3.4))
+    fig, (ax, axb) = plt.subplots(1, 2, figsize=(10, 3.4), width_ratios=(3, 2))
     x = np.arange(len(kinds))
     for j, (name, res) in enumerate(errs.items()):
         ax.bar(x + (j - 0.5) * 0.4, [res[k]["err"] for k in kinds], 0.4, label=f"{name} row")
     ax.set_yscale("log")
     ax.set_ylabel("rel. error vs float64 on exact K, V")
     ax.set_xticks(x, kinds, rotation=30, ha="right", fontsize=8)
-    ax2 = ax.twinx()
+    ax.set_title("attention error per cache kind", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
     nbytes = [sum(side_bytes_per_head(s, hd) for s in side_kinds(k)) for k in kinds]
-    ax2.plot(x, nbytes, "ko", ms=4, label="bytes per token per kv head (K+V)")
-    ax2.set_ylabel("bytes per token per kv head")
-    ax.set_title("attention error per cache kind (bars) and its size (dots)")
-    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.12, 1.0))
+    axb.bar(x, nbytes, 0.6, color="0.5")
+    axb.set_xticks(x, kinds, rotation=30, ha="right", fontsize=8)
+    axb.set_ylabel("bytes per token per kv head (K+V)")
+    axb.set_title("its size", fontsize=10)
     fig.tight_layout()
     _caption(fig, f"golden model on this machine: 4 q heads on 2 kv heads, hd {hd}")
     return fig
 
 
-# ---- the dispatch plan -------------------------------------------------------------------------
+# ---- the dispatch plan, kernel excerpts ----------------------------------------------------
 def plan_calls(cfg):
     """A few decode-attention calls on cfg's shape: (label, cache kind, nb, plan keywords)."""
     return [
@@ -436,7 +432,6 @@ def print_plans(cfg, T=32768, live=None):
         print(f"{label:<22}{p.rung:<5}{p.kernel:<28}{s:>4}{p.tol:8.0e}  {p.why or ''}")
 
 
-# ---- kernel excerpts -----------------------------------------------------------------------------
 def lines_between(text, first, last):
     """The lines of text from the first one containing `first` through the next one containing
     `last` (a few lines of a kernel excerpt). ValueError naming what is missing."""
@@ -480,9 +475,16 @@ def show_rung(recs, impl):
         )
 
 
+def _worst(good, rung, kind):
+    """The run of `rung` on `kind` with the largest error against golden, or None."""
+    rs = [r for r in good if r["rung"] == rung and r["shape"]["kind"] == kind]
+    return max(rs, key=lambda r: r["rel_err"]) if rs else None
+
+
 def plot_errors(recs, errs, row="peaked"):
     """Per cache kind of the records: golden against float64 on the same stored values (this
-    machine) beside each GPU rung against golden (the records, worst over sizes)."""
+    machine) beside each GPU rung against golden (the records: the worst over the recorded
+    lengths, its T written on the bar)."""
     import matplotlib.pyplot as plt
 
     from ..gpu.attention import RUNGS, TOL_ATTN, TOL_ATTN_MMA
@@ -490,55 +492,79 @@ def plot_errors(recs, errs, row="peaked"):
     good = [r for r in recs.runs if r.get("rel_err") is not None and not r.get("error")]
     kinds = sorted({r["shape"]["kind"] for r in good})
     fig, ax = plt.subplots(figsize=(7.5, 3.3))
-    bars = {"golden vs float64 (stored values)": [errs[row][k]["golden_stored"] for k in kinds]}
+    bars = {"golden vs float64, T = 1024": ([errs[row][k]["golden_stored"] for k in kinds], None)}
     for i, impl in enumerate(RUNGS["attention"]):
-        worst = [
-            max(
-                [r["rel_err"] for r in good if r["rung"] == i and r["shape"]["kind"] == k]
-                or [np.nan]
-            )
-            for k in kinds
-        ]
-        bars[f"GPU {impl} vs golden"] = worst
+        worst = [_worst(good, i, k) for k in kinds]
+        vals = [r["rel_err"] if r else np.nan for r in worst]
+        bars[f"GPU {impl} vs golden, worst over T"] = (vals, worst)
     x, wd = np.arange(len(kinds)), 0.8 / len(bars)
-    for j, (label, vals) in enumerate(bars.items()):
-        ax.bar(x + (j - (len(bars) - 1) / 2) * wd, vals, wd, label=label)
+    for j, (label, (vals, runs)) in enumerate(bars.items()):
+        xs = x + (j - (len(bars) - 1) / 2) * wd
+        ax.bar(xs, vals, wd, label=label)
+        for xi, r in zip(xs, runs or []):
+            if r:
+                t = r["shape"]["T"]
+                ax.text(xi, r["rel_err"] * 1.15, f"{t // 1024}k", ha="center", fontsize=6)
     ax.axhline(TOL_ATTN, color="k", ls="--", lw=1, label=f"tol v0, v1 ({TOL_ATTN:.0e})")
     ax.axhline(TOL_ATTN_MMA, color="k", ls=":", lw=1, label=f"tol mma ({TOL_ATTN_MMA:.0e})")
     ax.set_xticks(x, kinds)
     ax.set_yscale("log")
     ax.set_ylabel("norm-wise rel. error")
-    ax.set_title("golden against float64, each GPU rung against golden")
+    ax.set_title("golden against float64, each GPU rung against golden (T on each GPU bar)")
     _legend(ax)
     fig.tight_layout()
     _caption(fig, "golden: this machine, T = 1024; GPU: " + recs.source)
     return fig
 
 
-def plot_ladder(recs, title=None):
-    """nbutil.plot_ladder with the figure laid out before it is shown, so the line that says
-    where the numbers come from sits below the axis label, not on it."""
-    ax = nbutil.plot_ladder(recs, title=title)
-    ax.figure.tight_layout()
-    return ax
+def print_v0_growth(recs):
+    """v0's error at the shortest and the longest recorded T, per kind, against sqrt(T)."""
+    good = [r for r in recs.runs if r.get("rel_err") and r.get("rung") == 0 and not r.get("error")]
+    for kind in sorted({r["shape"]["kind"] for r in good}):
+        rs = sorted((r for r in good if r["shape"]["kind"] == kind), key=lambda r: r["shape"]["T"])
+        a, b = rs[0], rs[-1]
+        if a is b:
+            print(f"v0 {kind}: one length recorded (T={a['shape']['T']}), no growth to show")
+            continue
+        ta, tb = a["shape"]["T"], b["shape"]["T"]
+        print(
+            f"v0 {kind:<7}T {ta} -> {tb} ({tb / ta:.0f}x): error {a['rel_err']:.1e} -> "
+            f"{b['rel_err']:.1e}, {b['rel_err'] / a['rel_err']:.1f}x (sqrt(T) would give "
+            f"{np.sqrt(tb / ta):.1f}x)"
+        )
 
 
-def plot_splits(recs):
-    """nbutil.plot_splits, or, when the records hold no sweep, axes that say so."""
-    import matplotlib.pyplot as plt
+def print_kind_times(recs):
+    """Per rung and T, each kind's time and its ratio to v1 bf16's; then the bytes ratios."""
+    from ..gpu.attention import RUNGS
 
-    if recs.runs:
-        ax = nbutil.plot_splits(recs)
-        ax.figure.tight_layout()  # the source line below the axis label, not on it
-        return ax
-    ax = plt.subplots(figsize=(7, 2.2))[1]
-    msg = "no n_splits sweep in these records (python -m qwenref.bench --only ladder records it)"
-    ax.text(0.5, 0.5, msg + "\n" + recs.source, ha="center", va="center", fontsize=9)
-    ax.set_xlabel("n_splits")
-    ax.set_ylabel("µs per decode")
-    ax.set_xticks([])
-    ax.set_yticks([])
-    return ax
+    ok = [r for r in recs.runs if r.get("median_us") and not r.get("error")]
+    kinds = sorted({r["shape"]["kind"] for r in ok}, key=lambda k: k != "bf16")
+    bf16_v1 = {
+        r["shape"]["T"]: r["median_us"]
+        for r in ok
+        if r["rung"] == 1 and r["shape"]["kind"] == "bf16"
+    }
+    print(recs.source)
+    print(f"{'rung':<5}{'T':>7}" + "".join(f"{k:>22}" for k in kinds))
+    for rung in sorted({r["rung"] for r in ok}):
+        for t in sorted({r["shape"]["T"] for r in ok if r["rung"] == rung}):
+            at = {r["shape"]["kind"]: r for r in ok if r["rung"] == rung and r["shape"]["T"] == t}
+            cells = ""
+            for k in kinds:
+                r = at.get(k)
+                if r is None:
+                    cells += f"{'-':>22}"
+                    continue
+                ref = bf16_v1.get(t)
+                rel = f" ({r['median_us'] / ref:.2f}x)" if ref else ""
+                cells += f"{r['median_us']:>12.1f} us{rel:>8}"
+            print(f"{RUNGS['attention'][rung]:<5}{t:>7}{cells}")
+    print("(x) = time / v1 bf16's time at the same T")
+    t = max(bf16_v1, default=None)
+    by = {r["shape"]["kind"]: r["bytes"] for r in ok if r["rung"] == 1 and r["shape"]["T"] == t}
+    for kind in (k for k in kinds if k != "bf16" and "bf16" in by and k in by):
+        print(f"{kind}: {by['bf16'] / by[kind]:.2f}x fewer bytes than bf16 per call (T={t})")
 
 
 def take_away(recs, sweep):

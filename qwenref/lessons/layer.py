@@ -18,38 +18,18 @@ import numpy as np
 
 from .. import golden, nbutil
 from ..bench.counting import layer_stage_bytes
-from ..bench.inputs import random_weights  # the bench's: the same scales as its layer
+from ..bench.inputs import random_weights as random_weights  # the bench's scales
 from ..checkpoint import load_checkpoint
 from ..config import AttnConfig
-from .attention import lines_between, plot_ladder, show_cut  # as 07 uses them
+from .attention import lines_between
+from .attention import show_cut as show_cut  # 07's excerpt helper
 
-__all__ = [
-    "show_cut",
-    "plot_ladder",
-    "source_between",
-    "hf_parity",
-    "parity",
-    "show_parity",
-    "mid_config",
-    "random_weights",
-    "filled_cache",
-    "StageTimer",
-    "golden_stage_us",
-    "GROUPS",
-    "show_golden_stages",
-    "print_stage_bytes",
-    "step_table",
-    "plot_gpu_steps",
-    "print_step_times",
-    "host_stage_us",
-    "gpu_checks",
-    "print_host_side",
-    "q8_variants",
-    "plot_q8_costs",
-    "recorded_layer_errors",
-    "plot_gpu_errors",
-    "take_away",
-]
+__all__ = """
+    show_cut source_between hf_parity parity show_parity mid_config random_weights
+    filled_cache StageTimer golden_stage_us GROUPS show_golden_stages print_stage_bytes
+    step_table plot_gpu_steps print_step_times host_stage_us gpu_checks print_host_side
+    q8_variants plot_q8_costs recorded_layer_errors plot_gpu_errors print_q8_gain take_away
+""".split()
 
 
 def _caption(fig, text):
@@ -326,7 +306,8 @@ def show_golden_stages(us, T, kind):
     total = sum(us.values())
     print(f"golden step on this CPU: the stages' best times add up to {total / 1e3:.2f} ms")
     for g, names in GROUPS.items():
-        print(f"  {100 * sum(us.get(n, 0.0) for n in names) / total:4.0f}%  {g}")
+        group = sum(us.get(n, 0.0) for n in names)
+        print(f"  {100 * group / total:5.1f}%  {g}  ({group / 1e3:.2f} ms)")
     colors = dict(zip(GROUPS, ("tab:blue", "tab:orange", "tab:grey")))
     group_of = {n: g for g, names in GROUPS.items() for n in names}
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -568,6 +549,31 @@ def plot_gpu_errors(err, source, what):
     _caption(fig, source)
 
 
+def q8_gains(grecs):
+    """{proj: (f32 us, q8 us, f32 bytes / q8 bytes)}, each format's fastest GEMV rung."""
+    ok = [r for r in grecs.runs if r.get("median_us") and not r.get("error")]
+    best = {}
+    for r in ok:
+        key = (r["shape"]["proj"], r["shape"]["weights"])
+        if key not in best or r["median_us"] < best[key]["median_us"]:
+            best[key] = r
+    out = {}
+    for proj in dict.fromkeys(r["shape"]["proj"] for r in ok):
+        f, q = best.get((proj, "f32")), best.get((proj, "q8"))
+        if f and q:
+            out[proj] = (f["median_us"], q["median_us"], f["bytes"] / q["bytes"])
+    return out
+
+
+def print_q8_gain(grecs):
+    """Per projection: the fastest f32 and q8 GEMV, the time ratio beside the bytes ratio."""
+    for proj, (f, q, b) in q8_gains(grecs).items():
+        print(
+            f"{proj:<10} f32 {f:6.1f} us, q8 {q:6.1f} us: q8 is {f / q:.1f}x faster "
+            f"for {b:.1f}x fewer bytes"
+        )
+
+
 def take_away(recs, grecs):
     """The take-away's numbers, from the records: per row count the graph-replayed step and its
     share of the copy rate, eager against graph, the largest stages; the GEMV's best rung."""
@@ -587,3 +593,7 @@ def take_away(recs, grecs):
     for size, r in nbutil.best_rungs(grecs).items():
         us, pct = r["median_us"], r["pct_of_copy"]
         print(f"gemv {size}: fastest {r['kernel']} {us:.1f} us, {pct:.0f}% of copy")
+    gains = q8_gains(grecs)
+    if gains:
+        ratios = [f / q for f, q, _ in gains.values()]
+        print(f"q8 weights against f32: the GEMV {min(ratios):.1f}-{max(ratios):.1f}x faster")
