@@ -47,12 +47,16 @@ CHROMIUM_ARGS = [
 ]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 # JupyterLab user settings (plugin -> values) for a deterministic, fully rendered page:
 # windowingMode "none" attaches every cell to the DOM (the default attaches only those in view,
 # so images below the fold would not count); no autosave, so only our explicit save writes the
-# file; no news or update check (they would fetch from the internet and show a toast).
+# file; widget state saved with it (as nbclient does), so the figures an `interact` draws into
+# its output widget can be counted; no news or update check (they would fetch from the internet
+# and show a toast).
 LAB_SETTINGS = {
+    "@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": True},
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none", "scrollPastEnd": False},
     "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
     "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
@@ -89,8 +93,54 @@ def _text(x) -> str:
     return "".join(x) if isinstance(x, list) else (x or "")
 
 
+def _widget_state(nb: dict) -> dict:
+    """model id -> model, as saved in the notebook's metadata (empty when none was saved)."""
+    saved = nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {})
+    return saved.get("state", {})
+
+
+def _model_refs(value) -> list[str]:
+    """Ids of the widget models a model's state points at ("IPY_MODEL_<id>"), e.g. children."""
+    if isinstance(value, str):
+        return [value[len("IPY_MODEL_") :]] if value.startswith("IPY_MODEL_") else []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return [r for v in value for r in _model_refs(v)]
+    return []
+
+
+def _add_outputs(s: dict, outputs: list, where: str = "") -> None:
+    """Count one list of outputs into summary s (where: a note for outputs inside a widget)."""
+    for o in outputs:
+        data = o.get("data", {})
+        s["widget_png" if where else "png"] += "image/png" in data
+        s["widgets"] += WIDGET_VIEW in data and not where
+        if o.get("output_type") == "stream" and o.get("name") == "stderr":
+            s["stderr"].append(where + _text(o.get("text")))
+        if o.get("output_type") == "error":
+            tb = _ANSI.sub("", "\n".join(o.get("traceback", [])))
+            s["errors"].append(f"{where}{o.get('ename')}: {o.get('evalue')}\n{tb}")
+
+
+def _add_widget(s: dict, state: dict, model_id: str, seen: set) -> None:
+    """Count the outputs held by Output widgets in model_id and the widgets it contains
+    (an `interact` draws its figure into one)."""
+    if model_id in seen or model_id not in state:
+        return
+    seen.add(model_id)
+    model = state[model_id].get("state", {})
+    _add_outputs(s, model.get("outputs", []), where="(inside a widget) ")
+    for ref in _model_refs(model):
+        _add_widget(s, state, ref, seen)
+
+
 def output_summary(nb: dict) -> list[dict | None]:
-    """Per cell (None for markdown/raw): what its outputs hold, as the saved .ipynb says."""
+    """Per cell (None for markdown/raw): what its outputs hold, as the saved .ipynb says:
+    image/png outputs (`png`), widget views (`widgets`), images inside those widgets
+    (`widget_png`, from the saved widget state), stderr texts and error tracebacks, these two
+    from the outputs and from inside widgets."""
+    state = _widget_state(nb)
     out = []
     for cell in nb["cells"]:
         if cell["cell_type"] != "code":
@@ -99,20 +149,16 @@ def output_summary(nb: dict) -> list[dict | None]:
         s = {
             "source": _text(cell["source"]),
             "count": cell.get("execution_count"),
-            "png": 0,
-            "widgets": 0,
+            **dict.fromkeys(("png", "widgets", "widget_png"), 0),
             "stderr": [],
             "errors": [],
         }
+        _add_outputs(s, cell.get("outputs", []))
+        seen = set()
         for o in cell.get("outputs", []):
-            data = o.get("data", {})
-            s["png"] += "image/png" in data
-            s["widgets"] += WIDGET_VIEW in data
-            if o.get("output_type") == "stream" and o.get("name") == "stderr":
-                s["stderr"].append(_text(o.get("text")))
-            if o.get("output_type") == "error":
-                tb = _ANSI.sub("", "\n".join(o.get("traceback", [])))
-                s["errors"].append(f"{o.get('ename')}: {o.get('evalue')}\n{tb}")
+            view = o.get("data", {}).get(WIDGET_VIEW)
+            if view:
+                _add_widget(s, state, view.get("model_id"), seen)
         out.append(s)
     return out
 
@@ -300,14 +346,18 @@ _JS_SAVE = (
     % _JS_WITHIN
 )
 
-# Per cell: images decoded with a real size, output items holding a rendered widget, sliders,
-# widgets that failed to render, stderr items. null for non-code cells.
+# Per cell (null for non-code cells): decoded images with a real size, outside widgets and
+# inside them; output items holding a rendered widget; sliders; widgets that failed to render;
+# stderr items. A widget's own output area nests inside the cell's, hence the closest() tests.
 _JS_DOM = """() => window.qwenrefPanel.content.widgets.map(c => {
   if (c.model.type !== 'code') return null;
-  const items = [...c.node.querySelectorAll('.jp-OutputArea-output')];
-  const imgs = items.flatMap(o => [...o.querySelectorAll('img')]);
+  const items = [...c.node.querySelectorAll('.jp-OutputArea-output')]
+      .filter(o => !o.parentElement.closest('.jupyter-widgets'));
+  const imgs = [...c.node.querySelectorAll('.jp-OutputArea-output img')]
+      .filter(i => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0);
   return {
-    png: imgs.filter(i => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0).length,
+    png: imgs.filter(i => !i.closest('.jupyter-widgets')).length,
+    widget_png: imgs.filter(i => i.closest('.jupyter-widgets')).length,
     widgets: items.filter(o => o.querySelector('.jupyter-widgets')).length,
     sliders: c.node.querySelectorAll('.jp-OutputArea-output .widget-slider').length,
     widget_errors: items.filter(o => /Error displaying widget/.test(o.textContent)).length,
@@ -426,18 +476,20 @@ def _where(run_name, i, cell) -> str:
 
 
 def problems_in_dom(cells, dom) -> list[str]:
-    """Where the page shows fewer images or widgets than the saved outputs hold."""
+    """Where the page shows other numbers of images or widgets than the saved file holds."""
     out = []
     for i, (cell, seen) in enumerate(zip(cells, dom)):
         if cell is None or seen is None:
             continue
-        if seen["png"] != cell["png"]:
-            out.append(f"cell {i}: {cell['png']} image/png outputs, {seen['png']} images shown")
-        if seen["widgets"] != cell["widgets"] or seen["widget_errors"]:
-            out.append(
-                f"cell {i}: {cell['widgets']} widget outputs, {seen['widgets']} widgets rendered"
-                + (f", {seen['widget_errors']} failed to display" if seen["widget_errors"] else "")
-            )
+        for key, what in (
+            ("png", "image/png outputs"),
+            ("widget_png", "images inside widgets"),
+            ("widgets", "widget outputs"),
+        ):
+            if seen[key] != cell[key]:
+                out.append(f"cell {i}: {cell[key]} {what} saved, {seen[key]} shown")
+        if seen["widget_errors"]:
+            out.append(f"cell {i}: {seen['widget_errors']} widgets failed to display")
     if len(cells) != len(dom):
         out.append(f"{len(cells)} cells in the saved file, {len(dom)} in the page")
     return out

@@ -5,15 +5,15 @@ For each notebooks/<name>.ipynb, a copy without outputs goes to build/browser/ (
 what it runs; the committed notebooks stay untouched, checked at the end). JupyterLab serves that
 folder with a kernel on this interpreter and this checkout first on PYTHONPATH; Playwright drives
 Chromium to open the notebook, run all cells and save it. Then:
-- every code cell ran, in order, none raised (the failure names the cell and its traceback) and
-  none wrote to stderr: the notebooks print no warnings;
+- every code cell ran, in order, none raised, also not inside a widget (the failure names the
+  cell and its traceback), and none wrote to stderr: the notebooks print no warnings;
 - every image/png output shows as a decoded <img> and every widget output as a rendered
-  ipywidget (sliders included) in the page;
+  ipywidget (sliders included) in the page, with the figures an `interact` draws into it;
 - the figures and widgets per cell match a headless run of the same notebook on the CPU
   (`python -m qwenref.notebooks`, run alongside into build/browser/cpu/);
 - a screenshot of the whole notebook goes to build/browser/screenshots/<name>.png.
-A probe notebook (a figure, an `interact` slider, a warning, an exception) runs first and shows
-that these checks see what they look for.
+A probe notebook (a figure, an `interact` slider drawing one, an `interact` whose function
+raises, a warning, an exception) runs first and shows that these checks see what they look for.
 
 Needs Chromium (`chromium` on PATH, or $QWENREF_CHROMIUM) and Playwright for Python (the
 `browser` extra; Playwright's own browser download is not used). Without them the tests skip,
@@ -46,16 +46,12 @@ OUT = ROOT / "build" / "browser"
 TIMEOUT = float(os.environ.get("QWENREF_BROWSER_TIMEOUT", "600"))
 REQUIRED = os.environ.get("QWENREF_BROWSER") == "1"
 
-# Known stderr output, tolerated until the notebook is fixed: notebook -> text the stderr output
-# contains. An entry whose text no longer appears fails the test, so the list can only shrink.
-KNOWN_STDERR = {
-    # matplotlib's tight_layout cannot fit the CPU-path figure of the bandwidth cell
-    "07_attention_split_t.ipynb": "Tight layout not applied",
-}
-
 PROBE_CELLS = [
     "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()",
-    "from ipywidgets import interact\ninteract(lambda x: x * 2, x=(0, 10))",
+    "from ipywidgets import interact\n\n\n"
+    "def draw(n=3):\n    plt.plot(range(n))\n    plt.show()\n\n\n"
+    "interact(draw, n=(1, 10));",
+    "def broken(k=1):\n    raise ValueError('probe widget boom')\n\n\ninteract(broken, k=(0, 2));",
     "import warnings\nwarnings.warn('probe warning')",
     "raise ValueError('probe boom')",
     "print('not reached: run-all stops at the error')",
@@ -196,17 +192,20 @@ def _run(lab_page: LabPage, path: str):
 
 
 def test_probe_notebook_shows_the_checks_work(lab):
-    """A figure and a slider render; a warning and an exception are reported, with the
-    exception's text; run-all stops at the exception."""
+    """A figure and a slider drawing a figure render; an exception inside a widget, a warning
+    and an exception are reported, with the exceptions' text; run-all stops at the exception."""
     lab_page, _ = lab
     run = _run(lab_page, "probe/checks.ipynb")
     found = problems(run)
-    assert len(found) == 2, found
-    assert "wrote to stderr" in found[0] and "probe warning" in found[0], found
-    assert "raised ValueError: probe boom" in found[1], found
+    assert len(found) == 3, found
+    assert "raised (inside a widget) ValueError: probe widget boom" in found[0], found
+    assert "wrote to stderr" in found[1] and "probe warning" in found[1], found
+    assert "raised ValueError: probe boom" in found[2], found
     plot, slider = run.cells[0], run.cells[1]
     assert (plot["png"], run.dom[0]["png"]) == (1, 1), (plot, run.dom[0])
-    assert (slider["widgets"], run.dom[1]["widgets"], run.dom[1]["sliders"]) == (1, 1, 1)
+    shown = run.dom[1]
+    assert (slider["widgets"], shown["widgets"], shown["sliders"]) == (1, 1, 1), shown
+    assert (slider["png"], slider["widget_png"], shown["widget_png"]) == (0, 1, 1), (slider, shown)
     assert run.cells[-1]["count"] is None, "the cell after the exception ran"
 
 
@@ -216,7 +215,11 @@ def _compare_with_cpu(name, browser, cpu) -> list[str]:
     for i, (b, c) in enumerate(zip(browser, cpu)):
         if b is None or c is None:
             continue
-        for key, what in (("png", "image/png outputs"), ("widgets", "widget outputs")):
+        for key, what in (
+            ("png", "image/png outputs"),
+            ("widget_png", "images inside widgets"),
+            ("widgets", "widget outputs"),
+        ):
             if b[key] != c[key]:
                 out.append(f"{name} cell {i}: {b[key]} {what} in the browser, {c[key]} headless")
     return out
@@ -227,20 +230,12 @@ def test_notebook_in_browser(lab, nb):
     lab_page, reference = lab
     run = _run(lab_page, nb.name)
     found = problems(run)
-    known = KNOWN_STDERR.get(nb.name)
-    if known:
-        rest = [p for p in found if not ("wrote to stderr" in p and known in p)]
-        if len(rest) == len(found) and not run.unfinished:
-            rest.append(
-                f"{nb.name} no longer writes {known!r} to stderr: remove it from KNOWN_STDERR"
-            )
-        found = rest
     if found:
         pytest.fail("\n\n".join(found), pytrace=False)
     found = _compare_with_cpu(nb.name, run.cells, reference.summary(nb.name, TIMEOUT))
     if found:
         pytest.fail("\n".join(found), pytrace=False)
-    shown = sum(d["png"] for d in run.dom if d)
+    shown = sum(d["png"] + d["widget_png"] for d in run.dom if d)
     print(f"{nb.name}: {shown} figures shown, {run.seconds:.0f} s")
 
 
