@@ -1,6 +1,6 @@
 """The rules every committed notebook keeps, so a learner's path stays readable: short cells,
-short outputs, nothing on stderr, the same opening box and closing sections, and no word of
-how the project was made. (nbval checks that the cells run; test_browser that they render.)"""
+short outputs, nothing on stderr, the same opening box and closing sections, no machine's
+paths and no documents the repository does not hold. (nbval checks that the cells run; test_browser that they render.)"""
 
 import json
 import re
@@ -13,7 +13,10 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 IDS = [p.name for p in NOTEBOOKS]
 MAX_CELL_LINES = 30  # a cell a reader takes in at a glance
 MAX_OUTPUT_LINES = 60  # about one screen
-BANNED = re.compile(r"\bthe seed\b|\bsession \d|\bissue \d|DESIGN\.md|METHOD\.md|/work/", re.I)
+# an absolute path (not a URL's): a machine's, which no reader has
+ABS_PATH = re.compile(r"(?<![\w.:/~-])/(?:[\w.-]+/){2,}")
+# a Markdown document named by file name: it must be one of the repo's
+DOC = re.compile(r"\b([\w/.-]+\.md)\b")
 
 
 def _cells(nb):
@@ -59,8 +62,12 @@ def test_opens_with_the_box_and_ends_with_exercises(nb):
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
 def test_speaks_of_itself_alone(nb):
+    """No machine's paths, and every document cited is one the repository holds."""
+    docs = {p.name for p in ROOT.rglob("*.md") if ".venv" not in p.parts}
     for i, c in enumerate(_cells(nb)):
         texts = [_text(c)] + ["".join(o.get("text", "")) for o in c.get("outputs", [])]
         for t in texts:
-            m = BANNED.search(t)
-            assert not m, f"{nb.name} cell {i}: {m.group(0)!r}"
+            m = ABS_PATH.search(t)
+            assert not m, f"{nb.name} cell {i}: an absolute path {m.group(0)!r}"
+            for d in DOC.findall(t):
+                assert Path(d).name in docs, f"{nb.name} cell {i}: cites {d}, not in the repo"
