@@ -11,7 +11,14 @@ import functools
 import re
 from pathlib import Path
 
-__all__ = ["kernel_excerpt", "kernel_header", "show_excerpt", "Excerpts"]
+__all__ = [
+    "kernel_excerpt",
+    "kernel_header",
+    "show_excerpt",
+    "Excerpts",
+    "lines_between",
+    "in_notebook",
+]
 
 # (tests/test_excerpts.py checks every name a notebook shows).
 
@@ -408,7 +415,7 @@ class Excerpts:
         return f"{fence}cpp\n{text}\n{fence}"
 
 
-def _in_notebook():
+def in_notebook():
     try:
         from IPython import get_ipython
     except ImportError:
@@ -424,9 +431,22 @@ def show_excerpt(file, *names, header=False):
     fname = _kernel_file(file).name
     parts = [(f"// kernels_cuda/{fname}: header", kernel_header(file))] if header else []
     parts += [(f"// kernels_cuda/{fname}: {n}", kernel_excerpt(file, n)) for n in names]
-    if _in_notebook():
+    if in_notebook():
         from IPython.display import display
 
         display(Excerpts(parts))
     else:
         print(Excerpts(parts))
+
+
+def lines_between(text, first, last):
+    """The lines of text from the first one containing `first` through the next one containing
+    `last` (a few lines of an excerpt). ValueError naming what is missing."""
+    lines = text.split("\n")
+    start = next((i for i, line in enumerate(lines) if first in line), None)
+    if start is None:
+        raise ValueError(f"first: no line contains {first!r}")
+    end = next((i for i in range(start, len(lines)) if last in lines[i]), None)
+    if end is None:
+        raise ValueError(f"last: no line after {first!r} contains {last!r}")
+    return "\n".join(lines[start : end + 1])

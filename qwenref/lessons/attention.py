@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import golden, nbutil
+from ..excerpts import lines_between
 from ..layout import side_bytes_per_head, side_kinds
 
 __all__ = """
@@ -430,19 +431,6 @@ def print_plans(cfg, T=32768, live=None):
             p = plan_rung(cache, nb, **kw)
         s = "-" if p.n_splits is None else str(p.n_splits)
         print(f"{label:<22}{p.rung:<5}{p.kernel:<28}{s:>4}{p.tol:8.0e}  {p.why or ''}")
-
-
-def lines_between(text, first, last):
-    """The lines of text from the first one containing `first` through the next one containing
-    `last` (a few lines of a kernel excerpt). ValueError naming what is missing."""
-    lines = text.split("\n")
-    start = next((i for i, line in enumerate(lines) if first in line), None)
-    if start is None:
-        raise ValueError(f"first: no line contains {first!r}")
-    end = next((i for i in range(start, len(lines)) if last in lines[i]), None)
-    if end is None:
-        raise ValueError(f"last: no line after {first!r} contains {last!r}")
-    return "\n".join(lines[start : end + 1])
 
 
 def show_cut(title, text, first, last):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import nbutil
+from ..excerpts import in_notebook
 
 __all__ = [
     "recorded_pairs",
@@ -94,21 +95,12 @@ def show_lines(excerpt, title, first, last, more=0):
     part = Excerpts(
         [(f"// kernels_cuda/{title}, lines {i + 1}-{j + 1}", "\n".join(lines[i : j + 1]))]
     )
-    if _in_notebook():
+    if in_notebook():
         from IPython.display import display
 
         display(part)
     else:
         print(part)
-
-
-def _in_notebook():
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    ip = get_ipython()
-    return ip is not None and getattr(ip, "kernel", None) is not None
 
 
 def restyle_ladder(ax, recs):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import golden, nbutil
+from ..excerpts import lines_between
 from .overview import floor_flags, l2_bytes
 
 __all__ = [
@@ -286,19 +287,6 @@ def recorded_samples(stage, kernels):
                 shapes + [shape],
             )
     return out
-
-
-def lines_between(text, first, last):
-    """The lines of text from the first one containing `first` through the next one
-    containing `last` (a few lines of a kernel excerpt). ValueError naming what is missing."""
-    lines = text.split("\n")
-    start = next((i for i, line in enumerate(lines) if first in line), None)
-    if start is None:
-        raise ValueError(f"first: no line contains {first!r}")
-    end = next((i for i in range(start, len(lines)) if last in lines[i]), None)
-    if end is None:
-        raise ValueError(f"last: no line after {first!r} contains {last!r}")
-    return "\n".join(lines[start : end + 1])
 
 
 def show_lines(text, title, first, last):
