@@ -1,6 +1,7 @@
 """The rules every committed notebook keeps, so a learner's path stays readable: short cells,
 short outputs, nothing on stderr, the same opening box and closing sections, no machine's
-paths and no documents the repository does not hold. (nbval checks that the cells run; test_browser that they render.)"""
+paths and no documents the repository does not hold. (nbval checks that the cells run;
+test_browser that they render.)"""
 
 import json
 import re
