@@ -50,6 +50,21 @@ def bits_arg(bits):
     return int(bits)
 
 
+def rotary_dim_arg(rotary_dim):
+    """The rotary width as a Python int, even and >= 0 (check_rotary_fits bounds it above once
+    the rotated vectors' width is known)."""
+    rotary_dim = int_arg("rotary_dim", rotary_dim, 0)
+    if rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be even, got {rotary_dim}")
+    return rotary_dim
+
+
+def check_rotary_fits(rotary_dim, width):
+    """rotary_dim <= width, the head width of the vectors it rotates."""
+    if rotary_dim > width:
+        raise ValueError(f"rotary_dim must be <= {width} (the head width), got {rotary_dim}")
+
+
 def sparse_arg(sparse_v):
     """The sparse-V threshold: a float in [0, 1) (0 = exact attention)."""
     sparse_v = float_arg("sparse_v", sparse_v)

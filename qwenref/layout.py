@@ -40,6 +40,7 @@ __all__ = [
     "turbo_bits",
     "side_arrays",
     "indexer_arrays",
+    "blocks_completing",
     "side_bytes_per_head",
     "bytes_per_token",
 ]
@@ -124,6 +125,25 @@ def indexer_arrays(max_t, ihd, R):
         "idx_keys": ((max_t, ihd), np.dtype(np.float32)),
         "blk_keys": ((max_t // R, ihd), np.dtype(np.float32)),
     }
+
+
+def blocks_completing(t0, t1, R, n_tokens, n_block_rows):
+    """The indexer blocks that complete at a position in [t0, t1): int64 [t1 // R - t0 // R].
+
+    Block j (tokens jR .. (j+1)R - 1) completes at token (j+1)R - 1, so j runs over
+    [t0 // R, t1 // R). The positions must be cached (t1 <= n_tokens) and every block must have
+    a row in blk_keys (n_block_rows of them); a ValueError names what does not fit.
+    """
+    if t1 < t0:
+        raise ValueError(f"t1 ({t1}) must be >= t0 ({t0})")
+    if t1 > n_tokens:
+        raise ValueError(f"t1 ({t1}) must be <= len(cache) ({n_tokens})")
+    blocks = np.arange(t0 // R, t1 // R, dtype=np.int64)
+    if blocks.size and blocks[-1] >= n_block_rows:
+        raise ValueError(
+            f"cache.blk_keys has {n_block_rows} rows, block {int(blocks[-1])} does not fit"
+        )
+    return blocks
 
 
 def side_bytes_per_head(side, hd):

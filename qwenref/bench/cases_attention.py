@@ -9,8 +9,8 @@ import numpy as np
 
 from .. import timing
 from .counting import bytes_attention, kv_bytes_per_token
-from .inputs import dense_cfg, fill_caches, host, randn
-from .records import make_run, rel_err
+from .inputs import decode_shape, dense_cfg, fill_caches, host, randn
+from .records import rel_err
 from .tolerances import attention_tol
 
 __all__ = [
@@ -113,24 +113,10 @@ def case_attention(ctx, T, nb, kind, peer=True):
         p = sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, T, ("dense", T, nb))
         if p:
             pk = {"peer": p[0], "peer_us": p[1]}
-    shape = {"T": T, "nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind}
+    shape = decode_shape(T, nb, c, kind)
     tol = attention_tol(caches[0], nb)
-    ctx.add(
-        make_run(
-            "attention",
-            f"decode_attention {kind}",
-            shape,
-            med,
-            nbytes,
-            ctx.copy_gbps,
-            err,
-            tol,
-            iqr_us=iqr,
-            **pk,
-        ),
-        ref,
-        host(out),
-    )
+    kname, got = f"decode_attention {kind}", host(out)
+    ctx.record("attention", kname, shape, med, nbytes, err, tol, ref, got, iqr_us=iqr, **pk)
     if kind == "q8":
         attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol)
         if nb == 1:
@@ -160,18 +146,8 @@ def attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol, calls_per
     if g.mode != "graph":
         print(f"  (decode graph capture failed: {g.mode}; no graph run recorded)")
         return
-    ctx.add(
-        make_run(
-            "attention",
-            f"decode_attention q8 (graph replay, {n} per graph)",
-            shape,
-            g.us,
-            nbytes,
-            ctx.copy_gbps,
-            rel_err(host(out), ref),
-            tol,
-        )
-    )
+    kname, err = f"decode_attention q8 (graph replay, {n} per graph)", rel_err(host(out), ref)
+    ctx.record("attention", kname, shape, g.us, nbytes, err, tol)
 
 
 def floor_runs(ctx, T, nb, nbytes, calls_per_graph=8):
@@ -182,20 +158,8 @@ def floor_runs(ctx, T, nb, nbytes, calls_per_graph=8):
     fl = timing.floor_us(nbytes, nr, ctx.batches, graph_calls=calls_per_graph)
     shape = {"T": T, "nb": nb, "bytes": nbytes}
     name = "stream_read floor (one launch reading the decode's bytes)"
-    ctx.add(
-        make_run("attention", name, shape, fl.us, nbytes, ctx.copy_gbps, 0.0, 0.0, iqr_us=fl.iqr_us)
-    )
+    ctx.record("attention", name, shape, fl.us, nbytes, 0.0, 0.0, iqr_us=fl.iqr_us)
     if fl.graph_us is not None:
         n = max(calls_per_graph, nr)
-        ctx.add(
-            make_run(
-                "attention",
-                f"{name} (graph replay, {n} per graph)",
-                shape,
-                fl.graph_us,
-                nbytes,
-                ctx.copy_gbps,
-                0.0,
-                0.0,
-            )
-        )
+        kname = f"{name} (graph replay, {n} per graph)"
+        ctx.record("attention", kname, shape, fl.graph_us, nbytes, 0.0, 0.0)

@@ -8,7 +8,7 @@ import numpy as np
 
 from .counting import bytes_norm, bytes_rope, bytes_wht
 from .inputs import host, qwen_cfg, randn
-from .records import make_run, rel_err
+from .records import rel_err
 from .tolerances import TOL_F32, TOL_ROPE
 
 __all__ = ["case_norm", "case_rope", "case_wht"]
@@ -48,11 +48,7 @@ def case_norm(ctx, rows, n, add):
     med, iqr = ctx.time(fn, nr)
     shape = {"rows": rows, "n": n}
     pk = {} if peer is None else {"peer": peer[0], "peer_us": peer[1]}
-    ctx.add(
-        make_run("norm", kname, shape, med, ws, ctx.copy_gbps, err, TOL_F32, iqr_us=iqr, **pk),
-        ref_y,
-        host(y),
-    )
+    ctx.record("norm", kname, shape, med, ws, err, TOL_F32, ref_y, host(y), iqr_us=iqr, **pk)
 
 
 def case_rope(ctx, nb):
@@ -83,11 +79,7 @@ def case_rope(ctx, nb):
         nr,
     )
     shape = {"nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": hd, "rotary_dim": c.rotary_dim}
-    ctx.add(
-        make_run("rope", "qk_norm_rope", shape, med, ws, ctx.copy_gbps, err, TOL_ROPE, iqr_us=iqr),
-        rq,
-        host(qo),
-    )
+    ctx.record("rope", "qk_norm_rope", shape, med, ws, err, TOL_ROPE, rq, host(qo), iqr_us=iqr)
 
 
 def case_wht(ctx, rows, n):
@@ -104,10 +96,5 @@ def case_wht(ctx, rows, n):
     ref = golden.wht(host(x))
     err = rel_err(host(y), ref)
     med, iqr = ctx.time(lambda i: gpu_wht(xs[i], out=y), nr)
-    ctx.add(
-        make_run(
-            "wht", "wht", {"rows": rows, "n": n}, med, ws, ctx.copy_gbps, err, TOL_F32, iqr_us=iqr
-        ),
-        ref,
-        host(y),
-    )
+    shape = {"rows": rows, "n": n}
+    ctx.record("wht", "wht", shape, med, ws, err, TOL_F32, ref, host(y), iqr_us=iqr)

@@ -76,21 +76,10 @@ def case_gemv(ctx, name, n_out, n_in, nbs):
             gemv_q8_swiglu(x, q, d, out=act)
             ref_a = golden.silu(ref[:, 0::2]) * ref[:, 1::2]
             med, iqr = ctx.time(lambda i: gemv_q8_swiglu(x, qs[i][0], qs[i][1], out=act), nr)
-            ctx.add(
-                make_run(
-                    "gemv",
-                    "gemv_q8 + SwiGLU epilogue",
-                    shape,
-                    med,
-                    bytes_gemv_q8(nb, n_in, n_out) - 4 * nb * n_out // 2,
-                    ctx.copy_gbps,
-                    rel_err(host(act), ref_a),
-                    TOL_F32,
-                    iqr_us=iqr,
-                ),
-                ref_a,
-                host(act),
-            )
+            nbytes = bytes_gemv_q8(nb, n_in, n_out) - 4 * nb * n_out // 2  # half the outputs
+            got = host(act)
+            kname, err = "gemv_q8 + SwiGLU epilogue", rel_err(got, ref_a)
+            ctx.record("gemv", kname, shape, med, nbytes, err, TOL_F32, ref_a, got, iqr_us=iqr)
         # the f32 path (cuBLAS sgemm) as its own row: 4-byte weights
         wsf = bytes_linear(nb, n_in, n_out, 4)
         nrf = ctx.n_rot(wsf)
@@ -98,16 +87,5 @@ def case_gemv(ctx, name, n_out, n_in, nbs):
         gpu.linear(x, w, out=y)
         ref_f = golden.linear(host(x), host(w))
         med, iqr = ctx.time(lambda i: gpu.linear(x, wfs[i], out=y), nrf)
-        ctx.add(
-            make_run(
-                "gemv",
-                "linear f32 (cuBLAS sgemm)",
-                shape,
-                med,
-                wsf,
-                ctx.copy_gbps,
-                rel_err(host(y), ref_f),
-                TOL_F32,
-                iqr_us=iqr,
-            )
-        )
+        kname, err = "linear f32 (cuBLAS sgemm)", rel_err(host(y), ref_f)
+        ctx.record("gemv", kname, shape, med, wsf, err, TOL_F32, iqr_us=iqr)

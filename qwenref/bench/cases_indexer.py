@@ -9,8 +9,8 @@ import numpy as np
 from .. import timing
 from .cases_attention import golden_attention_rows, sdpa_peer
 from .counting import bytes_attention, bytes_block_scores, bytes_select
-from .inputs import fill_caches, host, qwen_cfg, randn
-from .records import make_run, rel_err
+from .inputs import decode_shape, fill_caches, host, qwen_cfg, randn
+from .records import rel_err
 from .tolerances import TOL_F32, TOL_ROPE, TOL_SELECT, attention_tol
 
 __all__ = ["case_qsa", "qsa_graph_run"]
@@ -33,18 +33,7 @@ def case_qsa(ctx, T, nb, kind="q8"):
     q = randn(cp, (nb, c.nh, c.head_dim), 2.0)
     gc = cache.to_golden()
     n_blocks = T // R
-    shape = {
-        "T": T,
-        "nb": nb,
-        "nh": c.nh,
-        "nkv": c.nkv,
-        "head_dim": c.head_dim,
-        "kind": kind,
-        "R": R,
-        "budget": c.indexer_budget,
-        "inh": inh,
-        "ihd": ihd,
-    }
+    shape = decode_shape(T, nb, c, kind, R=R, budget=c.indexer_budget, inh=inh, ihd=ihd)
 
     # block keys from the raw keys (prefill-time; idempotent, so it can be re-run and timed);
     # the stages below score the GPU's block keys on both sides, so they compare like for like
@@ -53,21 +42,9 @@ def case_qsa(ctx, T, nb, kind="q8"):
     err = rel_err(gpu_bk, gc.blk_keys[:n_blocks])
     med, iqr = ctx.time(lambda i: gpu.update_block_keys(cache, knw, c, 0, T), max_inner=4)
     bk_bytes = 4 * (T * ihd + n_blocks * ihd)
-    ctx.add(
-        make_run(
-            "indexer",
-            "update_block_keys (all blocks)",
-            shape,
-            med,
-            bk_bytes,
-            ctx.copy_gbps,
-            err,
-            TOL_ROPE,
-            iqr_us=iqr,
-        ),
-        gc.blk_keys[:n_blocks],
-        gpu_bk,
-    )
+    ref_bk = gc.blk_keys[:n_blocks]
+    kname = "update_block_keys (all blocks)"
+    ctx.record("indexer", kname, shape, med, bk_bytes, err, TOL_ROPE, ref_bk, gpu_bk, iqr_us=iqr)
 
     # scoring (row b scores its (base+b+1)//R complete blocks; the rest of the row is -inf)
     max_blocks = cache.blk_keys.shape[0]
@@ -77,20 +54,9 @@ def case_qsa(ctx, T, nb, kind="q8"):
     ref_sc = np.concatenate([golden.block_scores(iq_h[b], gpu_bk[: ncs[b]]) for b in range(nb)])
     got_sc = np.concatenate([sc_h[b, : ncs[b]] for b in range(nb)])
     med, iqr = ctx.time(lambda i: gpu.block_scores(iq, cache, base, out=sc))
-    ctx.add(
-        make_run(
-            "indexer",
-            "block_scores",
-            shape,
-            med,
-            bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks),
-            ctx.copy_gbps,
-            rel_err(got_sc, ref_sc),
-            TOL_F32,
-            iqr_us=iqr,
-        ),
-        ref_sc,
-        got_sc,
+    nbytes, err = bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks), rel_err(got_sc, ref_sc)
+    ctx.record(
+        "indexer", "block_scores", shape, med, nbytes, err, TOL_F32, ref_sc, got_sc, iqr_us=iqr
     )
 
     # selection (scores + top-k + token list)
@@ -104,18 +70,10 @@ def case_qsa(ctx, T, nb, kind="q8"):
         sel.append(mine if sn[b] > 0 else None)
         diff.append(len(np.setxor1d(mine, ridx)) / (2 * len(ridx)))
     med_sel, iqr = ctx.time(lambda i: gpu.select_rows(iq, cache, base, c))
-    ctx.add(
-        make_run(
-            "indexer",
-            "select_rows (err: tokens differing)",
-            shape,
-            med_sel,
-            bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk),
-            ctx.copy_gbps,
-            float(np.mean(diff)),
-            TOL_SELECT,
-            iqr_us=iqr,
-        )
+    sel_dims = (nb, inh, ihd, n_blocks, max_blocks, R, kblk)
+    kname, nbytes = "select_rows (err: tokens differing)", bytes_select(*sel_dims)
+    ctx.record(
+        "indexer", kname, shape, med_sel, nbytes, float(np.mean(diff)), TOL_SELECT, iqr_us=iqr
     )
 
     # selective attention on the GPU's own selection
@@ -128,21 +86,8 @@ def case_qsa(ctx, T, nb, kind="q8"):
     )
     att_bytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, kind, base, R, kblk, selective=True)
     tol = attention_tol(cache, nb, sel_n)
-    ctx.add(
-        make_run(
-            "indexer",
-            f"decode_attention selective {kind}",
-            shape,
-            med_att,
-            att_bytes,
-            ctx.copy_gbps,
-            err,
-            tol,
-            iqr_us=iqr,
-        ),
-        ref,
-        host(out),
-    )
+    kname, got = f"decode_attention selective {kind}", host(out)
+    ctx.record("indexer", kname, shape, med_att, att_bytes, err, tol, ref, got, iqr_us=iqr)
 
     # the whole selective path vs dense SDPA over all T tokens
     def qsa(i):
@@ -152,20 +97,9 @@ def case_qsa(ctx, T, nb, kind="q8"):
     med, iqr = ctx.time(qsa)
     p = sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, T, ("dense", T, nb))
     pk = {"peer": p[0] + " dense", "peer_us": p[1]} if p else {}
-    qsa_bytes = bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk) + att_bytes
-    ctx.add(
-        make_run(
-            "indexer",
-            f"QSA select+attention {kind}",
-            shape,
-            med,
-            qsa_bytes,
-            ctx.copy_gbps,
-            err,
-            tol,
-            iqr_us=iqr,
-            **pk,
-        )
+    qsa_bytes = bytes_select(*sel_dims) + att_bytes
+    ctx.record(
+        "indexer", f"QSA select+attention {kind}", shape, med, qsa_bytes, err, tol, iqr_us=iqr, **pk
     )
     qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, qsa_bytes, tol)
 
@@ -204,16 +138,5 @@ def qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, nbytes, tol, calls_per
         graph_calls=calls_per_graph,
     )
     pk = {"peer": pg[0] + " dense", "peer_us": pg[1]} if pg else {}
-    ctx.add(
-        make_run(
-            "indexer",
-            f"QSA select+attention {shape['kind']} (graph replay, {calls_per_graph} per graph)",
-            shape,
-            g.us,
-            nbytes,
-            ctx.copy_gbps,
-            rel_err(host(out), ref),
-            tol,
-            **pk,
-        )
-    )
+    kname = f"QSA select+attention {shape['kind']} (graph replay, {calls_per_graph} per graph)"
+    ctx.record("indexer", kname, shape, g.us, nbytes, rel_err(host(out), ref), tol, **pk)

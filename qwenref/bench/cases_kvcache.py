@@ -7,7 +7,7 @@ import numpy as np
 
 from .counting import bytes_append, bytes_q8_quantize, bytes_turbo_quantize
 from .inputs import dense_cfg, host, randn
-from .records import make_run, rel_err
+from .records import code_match, rel_err
 from .tolerances import TOL_CODES
 
 __all__ = ["case_quantize", "case_append"]
@@ -39,21 +39,9 @@ def case_quantize(ctx, rows, n, bits):
     nr = ctx.n_rot(ws)
     xs = [x] + [x.copy() for _ in range(nr - 1)]
     med, iqr = ctx.time(lambda i: fn_(xs[i]), nr)
-    ctx.add(
-        make_run(
-            "kvcache",
-            kname,
-            {"rows": rows, "n": n},
-            med,
-            ws,
-            ctx.copy_gbps,
-            rel_err(got, ref),
-            TOL_CODES,
-            iqr_us=iqr,
-            code_match=match,
-        ),
-        ref,
-        got,
+    shape, err = {"rows": rows, "n": n}, rel_err(got, ref)
+    ctx.record(
+        "kvcache", kname, shape, med, ws, err, TOL_CODES, ref, got, iqr_us=iqr, code_match=match
     )
 
 
@@ -76,30 +64,10 @@ def case_append(ctx, nb, kind):
     mine = cache.to_golden()
     got = np.concatenate([mine.keys(nb).ravel(), mine.values(nb).ravel()])
     ref = np.concatenate([gc.keys(nb).ravel(), gc.values(nb).ravel()])
-    match = float(
-        np.mean(
-            [
-                (ms[n][:, :nb] == gs[n]).mean()
-                for ms, gs in ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store))
-                for n in gs
-            ]
-        )
-    )
+    match = code_match(mine, gc, 0, nb)
     med, iqr = ctx.time(lambda i: cache.append(ks[i], vs[i]), nr, max_inner=max_inner)
     shape = {"nb": nb, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind}
-    ctx.add(
-        make_run(
-            "kvcache",
-            f"KVCache.append {kind}",
-            shape,
-            med,
-            ws,
-            ctx.copy_gbps,
-            rel_err(got, ref),
-            TOL_CODES,
-            iqr_us=iqr,
-            code_match=match,
-        ),
-        ref,
-        got,
+    kname, err = f"KVCache.append {kind}", rel_err(got, ref)
+    ctx.record(
+        "kvcache", kname, shape, med, ws, err, TOL_CODES, ref, got, iqr_us=iqr, code_match=match
     )

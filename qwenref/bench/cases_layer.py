@@ -8,8 +8,8 @@ import numpy as np
 
 from .. import timing
 from .counting import layer_stage_bytes
-from .inputs import fill_caches, host, qwen_cfg, randn, random_weights
-from .records import make_run, rel_err
+from .inputs import decode_shape, fill_caches, host, qwen_cfg, randn, random_weights
+from .records import code_match, rel_err
 from .tolerances import TOL_LAYER
 
 __all__ = ["case_layer", "selection_match"]
@@ -35,17 +35,8 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
     fill_caches([cache], T, knw)
     wb = layer.weight_bytes()
     for nb in nbs:
-        base_shape = {
-            "T": T,
-            "nb": nb,
-            "nh": c.nh,
-            "nkv": c.nkv,
-            "head_dim": c.head_dim,
-            "kind": kind,
-            "weights": weight_format,
-            "R": c.indexer_compress_ratio,
-            "budget": c.indexer_budget,
-        }
+        R, budget = c.indexer_compress_ratio, c.indexer_budget
+        base_shape = decode_shape(T, nb, c, kind, weights=weight_format, R=R, budget=budget)
         x = randn(cp, (nb, c.hidden_size), outliers=False)
         # validate one eager step against the golden layer on the same cache contents
         base = len(cache)
@@ -55,15 +46,7 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
         ref = glayer.forward(host(x), base, gc, trace=trace)
         err = rel_err(host(y), ref)
         mine = cache.to_golden()
-        codes = float(
-            np.mean(
-                [
-                    (ms[n][:, base : base + nb] == gs[n][:, base : base + nb]).mean()
-                    for ms, gs in ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store))
-                    for n in gs
-                ]
-            )
-        )
+        codes = code_match(mine, gc, base, base + nb)
         sel_match = selection_match(utrace, trace, base)
         # per stage, GPU time (spin first): median over reps steps at successive positions
         per = {}
@@ -75,57 +58,25 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
         for st in list(LSTAGES) + ["total"]:
             if st not in per:
                 continue
-            ctx.add(
-                make_run(
-                    "layer",
-                    f"step: {st}",
-                    base_shape,
-                    float(np.median(per[st])),
-                    sb.get(st, 0),
-                    ctx.copy_gbps,
-                    err,
-                    TOL_LAYER,
-                    iqr_us=float(np.subtract(*np.percentile(per[st], [75, 25]))),
-                )
+            times = per[st]
+            us, iqr = float(np.median(times)), float(np.subtract(*np.percentile(times, [75, 25])))
+            ctx.record(
+                "layer", f"step: {st}", base_shape, us, sb.get(st, 0), err, TOL_LAYER, iqr_us=iqr
             )
         # eager: host-launched, no spin (what a Python decode loop gets)
         eager = timing.eager_us(lambda: layer.forward(x, len(cache), cache), reps)
-        ctx.add(
-            make_run(
-                "layer",
-                "step eager (host launches)",
-                base_shape,
-                eager.us,
-                sb["total"],
-                ctx.copy_gbps,
-                err,
-                TOL_LAYER,
-                weight_bytes=wb,
-                code_match=codes,
-                selection_match=sel_match,
-            ),
-            ref,
-            host(y),
-        )
+        nbytes, got = sb["total"], host(y)
+        extra = {"weight_bytes": wb, "code_match": codes, "selection_match": sel_match}
+        kname = "step eager (host launches)"
+        ctx.record("layer", kname, base_shape, eager.us, nbytes, err, TOL_LAYER, ref, got, **extra)
         # graph: capture at the current length, check one replay against golden, time replays
         base = len(cache)
         gc = cache.to_golden()
         g = layer.capture(x, base, cache)
         gerr = rel_err(host(g.out), glayer.forward(host(x), base, gc))
         med = timing.graph_us(g, batches=max(10, reps), per_batch=10, warmup=5).us
-        ctx.add(
-            make_run(
-                "layer",
-                "step graph replay",
-                base_shape,
-                med,
-                sb["total"],
-                ctx.copy_gbps,
-                gerr,
-                TOL_LAYER,
-                weight_bytes=wb,
-            )
-        )
+        kname = "step graph replay"
+        ctx.record("layer", kname, base_shape, med, sb["total"], gerr, TOL_LAYER, weight_bytes=wb)
         del g
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import timing
 from ..gpu._runtime import cupy
-from .records import format_table, sample_pairs
+from .records import format_table, make_run, sample_pairs
 
 __all__ = ["Context", "try_torch"]
 
@@ -22,7 +22,8 @@ def try_torch():
 
 
 class Context:
-    """Context(quick): the run's shared state; cases call ctx.time, ctx.n_rot, ctx.peer, ctx.add.
+    """Context(quick): the run's shared state; cases call ctx.time, ctx.n_rot, ctx.peer,
+    ctx.record (or ctx.add of a run they built).
     Measures the copy ceiling on construction (a GPU is needed)."""
 
     def __init__(self, quick):
@@ -52,6 +53,13 @@ class Context:
         except Exception as e:
             print(f"  (peer {name} unavailable: {type(e).__name__}: {str(e)[:120]})")
             return None
+
+    def record(self, stage, kernel, shape, us, nbytes, err, tol, ref=None, got=None, **extra):
+        """Add make_run(...) of this run's copy rate, with (ref, got) sampled: the one call a
+        case makes per measured kernel. extra: make_run's keywords (iqr_us, peer, ...)."""
+        run = make_run(stage, kernel, shape, us, nbytes, self.copy_gbps, err, tol, **extra)
+        self.add(run, ref, got)
+        return run
 
     def add(self, run, ref=None, got=None):
         """Record a run (and up to N_SAMPLES (golden, gpu) pairs) and print its table line."""

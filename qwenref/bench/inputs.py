@@ -16,6 +16,7 @@ __all__ = [
     "host",
     "qwen_cfg",
     "dense_cfg",
+    "decode_shape",
     "fill_caches",
     "random_q8_caches",
     "random_weights",
@@ -51,6 +52,13 @@ def dense_cfg():
     return qwen_cfg().replace(
         indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0, indexer_budget=0
     )
+
+
+def decode_shape(T, nb, cfg, kind, **extra):
+    """A decode record's shape: T cached tokens, nb rows, cfg's head counts and width, the cache
+    kind, then extra's fields in order."""
+    shape = {"T": T, "nb": nb, "nh": cfg.nh, "nkv": cfg.nkv, "head_dim": cfg.head_dim}
+    return {**shape, "kind": kind, **extra}
 
 
 def fill_caches(caches, T, k_norm_w=None, chunk=8192):

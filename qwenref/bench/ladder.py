@@ -27,7 +27,7 @@ from .counting import (
     bytes_wht,
     kv_bytes_per_token,
 )
-from .inputs import dense_cfg, fill_caches, host, poisoned, qwen_cfg, randn
+from .inputs import decode_shape, dense_cfg, fill_caches, host, poisoned, qwen_cfg, randn
 from .rungs import FAMILY_MODULE, family_rungs, ladder_runs, rotated_copies, rung_fields
 from .tolerances import TOL_ATTN, TOL_ATTN_MMA, TOL_CODES, TOL_F32, TOL_ROPE, TOL_SELECT
 
@@ -354,7 +354,7 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4")):
             return host(gpu.decode_attention(q, caches[0], base, out=out, impl=impl))
 
         impls = (("v0",) if T <= V0_MAX_T else ()) + (("v1", "mma") if kind == "q8" else ("v1",))
-        shape = {"T": T, "nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind}
+        shape = decode_shape(T, nb, c, kind)
         ladder_runs(
             ctx,
             "attention",
@@ -442,16 +442,7 @@ def ladder_splits(ctx, T=32768, nb=1, splits=(1, 2, 4, 8, 16, 32, 64, 128, 256))
                     gpu.decode_attention(q, caches[0], base, out=out, impl=impl, n_splits=S)
                 )
 
-            shape = {
-                "T": T,
-                "nb": nb,
-                "nh": c.nh,
-                "nkv": c.nkv,
-                "head_dim": c.head_dim,
-                "kind": "q8",
-                "n_splits": S,
-                "plan": S == auto,
-            }
+            shape = decode_shape(T, nb, c, "q8", n_splits=S, plan=S == auto)
             ladder_runs(
                 ctx,
                 "attention",

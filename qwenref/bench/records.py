@@ -21,6 +21,7 @@ __all__ = [
     "rel_err",
     "sample_pairs",
     "make_run",
+    "code_match",
     "error_run",
     "validate_doc",
     "format_shape",
@@ -51,6 +52,15 @@ def rel_err(gpu, ref):
     if den == 0:
         return 0.0 if num == 0 else math.inf
     return float(num / den)
+
+
+def code_match(mine, ref, t0, t1):
+    """Fraction of the stored codes and scales of token slots [t0, t1) that two golden caches
+    (mine: a GPU cache's to_golden(); ref: the golden cache) hold bit for bit, over both sides'
+    arrays."""
+    sides = ((mine.k_store, ref.k_store), (mine.v_store, ref.v_store))
+    same = [(ms[n][:, t0:t1] == rs[n][:, t0:t1]).mean() for ms, rs in sides for n in rs]
+    return float(np.mean(same))
 
 
 def sample_pairs(ref, gpu, n=N_SAMPLES, seed=0):

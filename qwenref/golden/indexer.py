@@ -19,9 +19,10 @@ the float32 scores, so "exact ties" means equal float32 scores (0.0 and -0.0 tie
 
 import numpy as np
 
-from .._args import f32_array, finite_float_arg, weight_array
+from .._args import check_rotary_fits, f32_array, finite_float_arg, rotary_dim_arg, weight_array
 from .._args import int_arg as _int_arg
 from ..config import AttnConfig
+from ..layout import blocks_completing
 from .norm import rms_norm_core
 from .rope import apply_rope_core
 
@@ -59,13 +60,6 @@ def _weight(name, w, n):
     if w.shape != (n,):
         raise ValueError(f"{name} must have shape ({n},), got {w.shape}")
     return w
-
-
-def _rotary_arg(rotary_dim, width):
-    rotary_dim = _int_arg("rotary_dim", rotary_dim, 0)
-    if rotary_dim % 2 or rotary_dim > width:
-        raise ValueError(f"rotary_dim must be even and <= {width}, got {rotary_dim}")
-    return rotary_dim
 
 
 def _theta_eps(theta, eps):
@@ -113,7 +107,8 @@ def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6):
     nb, _, ihd = q_raw.shape
     q_norm_w = _weight("q_norm_w", q_norm_w, ihd)
     positions = _positions(positions, nb)
-    rotary_dim = _rotary_arg(rotary_dim, ihd)
+    rotary_dim = rotary_dim_arg(rotary_dim)
+    check_rotary_fits(rotary_dim, ihd)
     theta, eps = _theta_eps(theta, eps)
     if ihd == 0:
         raise ValueError(f"q_raw must have a non-empty last axis, got shape {q_raw.shape}")
@@ -133,7 +128,8 @@ def block_keys(raw_keys, blocks, R, k_norm_w, rotary_dim, theta, eps=1e-6):
     blocks = _int_array("blocks", blocks)  # [nj]
     R = _int_arg("R", R, 1)
     k_norm_w = _weight("k_norm_w", k_norm_w, ihd)
-    rotary_dim = _rotary_arg(rotary_dim, ihd)
+    rotary_dim = rotary_dim_arg(rotary_dim)
+    check_rotary_fits(rotary_dim, ihd)
     theta, eps = _theta_eps(theta, eps)
     if ((blocks < 0) | ((blocks + 1) * R > T)).any():
         raise ValueError(
@@ -181,15 +177,7 @@ def update_block_keys(cache, k_norm_w, cfg, t0, t1):
     k_norm_w = _weight("k_norm_w", k_norm_w, ihd)
     t0 = _int_arg("t0", t0, 0)
     t1 = _int_arg("t1", t1, 0)
-    if t1 < t0:
-        raise ValueError(f"t1 ({t1}) must be >= t0 ({t0})")
-    if t1 > len(cache):
-        raise ValueError(f"t1 ({t1}) must be <= len(cache) ({len(cache)})")
-    blocks = np.arange(t0 // R, t1 // R, dtype=np.int64)  # [nj]
-    if blocks.size and blocks[-1] >= blk_keys.shape[0]:
-        raise ValueError(
-            f"cache.blk_keys has {blk_keys.shape[0]} rows, block {int(blocks[-1])} does not fit"
-        )
+    blocks = blocks_completing(t0, t1, R, len(cache), blk_keys.shape[0])  # [nj]
     if blocks.size:
         raw = idx_keys[:t1]
         if not np.isfinite(raw[blocks[0] * R : (blocks[-1] + 1) * R]).all():

@@ -17,7 +17,14 @@ fastest pairs; the float32 kernel shows the same effect (notebook 02).
 
 import numpy as np
 
-from .._args import check_finite, f32_array, finite_float_arg, real_array
+from .._args import (
+    check_finite,
+    check_rotary_fits,
+    f32_array,
+    finite_float_arg,
+    real_array,
+    rotary_dim_arg,
+)
 from .norm import rms_norm_core
 
 __all__ = [
@@ -31,12 +38,8 @@ __all__ = [
 
 
 def _check_rotary(rotary_dim, theta):
-    """-> (rotary_dim, theta) as int and finite float > 0."""
-    if isinstance(rotary_dim, (bool, np.bool_)) or not isinstance(rotary_dim, (int, np.integer)):
-        raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
-    if rotary_dim < 0 or rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be even and >= 0, got {rotary_dim}")
-    return int(rotary_dim), finite_float_arg("theta", theta, 0.0, strict=True)
+    """-> (rotary_dim, theta) as an even int >= 0 and a finite float > 0."""
+    return rotary_dim_arg(rotary_dim), finite_float_arg("theta", theta, 0.0, strict=True)
 
 
 def _check_positions(positions, nb=None):
@@ -106,8 +109,7 @@ def apply_rope(x, positions, rotary_dim, theta):
         raise ValueError(f"x must be [nb, ..., d] with at least 2 axes, got shape {x.shape}")
     positions = _check_positions(positions, nb=x.shape[0])
     rotary_dim, theta = _check_rotary(rotary_dim, theta)
-    if rotary_dim > x.shape[-1]:
-        raise ValueError(f"rotary_dim ({rotary_dim}) exceeds x's last axis ({x.shape[-1]})")
+    check_rotary_fits(rotary_dim, x.shape[-1])
     check_finite("x", x)
     return apply_rope_core(x, positions, rotary_dim, theta)
 
@@ -141,8 +143,7 @@ def qk_norm_rope(qg, k, q_weight, k_weight, positions, rotary_dim, theta, eps=1e
     k_weight = f32_array("k_weight", k_weight, ints=False)
     positions = _check_positions(positions, nb=k.shape[0])
     rotary_dim, theta = _check_rotary(rotary_dim, theta)
-    if rotary_dim > hd:
-        raise ValueError(f"rotary_dim ({rotary_dim}) exceeds head_dim ({hd})")
+    check_rotary_fits(rotary_dim, hd)
     eps = finite_float_arg("eps", eps, 0.0)
     qg = f32_array("qg", qg)
     k = f32_array("k", k)

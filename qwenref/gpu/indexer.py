@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._args import finite_float_arg, int_arg
+from .._args import check_rotary_fits, finite_float_arg, int_arg, rotary_dim_arg
 from ..config import AttnConfig
+from ..layout import blocks_completing
 from ._runtime import check_array, kernel, out_array, resolve_rung, type_name
 from .kvcache import KVCache
 
@@ -79,19 +80,6 @@ def rung_kernel(family, impl=None, **shape):
             "rung_kernel('select', 'v1') needs nblk= and kblk= (its kernel depends on them)"
         )
     return select_kernel_name(shape["nblk"], shape["kblk"])
-
-
-def _rotary_arg(rotary_dim):
-    """rotary_dim an even int >= 0 (<= the head width: _check_rotary_fits)."""
-    rotary_dim = int_arg("rotary_dim", rotary_dim, 0)
-    if rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be even, got {rotary_dim}")
-    return rotary_dim
-
-
-def _check_rotary_fits(rotary_dim, width):
-    if rotary_dim > width:
-        raise ValueError(f"rotary_dim must be <= {width} (the head width), got {rotary_dim}")
 
 
 def _ihd_arg(name, ihd):
@@ -156,7 +144,7 @@ def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6, out
     q_raw: cupy float32 [nb, inh, ihd]; q_norm_w: float32 [ihd]; positions: int32 [nb].
     Returns out float32 [nb, inh, ihd] (may be q_raw itself).
     """
-    rotary_dim = _rotary_arg(rotary_dim)
+    rotary_dim = rotary_dim_arg(rotary_dim)
     theta = finite_float_arg("theta", theta, 0.0, strict=True)
     eps = finite_float_arg("eps", eps, 0.0)
     check_array("q_raw", q_raw, np.float32, ndim=3)
@@ -164,7 +152,7 @@ def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6, out
     _ihd_arg("q_raw", ihd)
     check_array("q_norm_w", q_norm_w, np.float32, (ihd,))
     check_array("positions", positions, np.int32, (nb,))
-    _check_rotary_fits(rotary_dim, ihd)
+    check_rotary_fits(rotary_dim, ihd)
     out = out_array("out", out, (nb, inh, ihd), np.float32)
     if nb * inh:
         kernel("indexer", "indexer_norm_rope")(
@@ -198,20 +186,14 @@ def update_block_keys(cache, k_norm_w, cfg, t0, t1, *, impl=None):
     _check_cfg(cfg)
     t0 = int_arg("t0", t0, 0)
     t1 = int_arg("t1", t1, 0)
-    if t1 < t0:
+    if t1 < t0:  # scalars first: named even when the cache is wrong too
         raise ValueError(f"t1 ({t1}) must be >= t0 ({t0})")
     idx_keys, blk_keys = _indexer_state(cache, cfg)
     ihd = idx_keys.shape[1]
     _ihd_arg("cache.idx_keys", ihd)
     check_array("k_norm_w", k_norm_w, np.float32, (ihd,))
     R = cfg.indexer_compress_ratio
-    if t1 > len(cache):
-        raise ValueError(f"t1 ({t1}) must be <= len(cache) ({len(cache)})")
-    blocks = np.arange(t0 // R, t1 // R, dtype=np.int64)  # [nj]
-    if blocks.size and blocks[-1] >= blk_keys.shape[0]:
-        raise ValueError(
-            f"cache.blk_keys has {blk_keys.shape[0]} rows, block {int(blocks[-1])} does not fit"
-        )
+    blocks = blocks_completing(t0, t1, R, len(cache), blk_keys.shape[0])  # [nj]
     if blocks.size:
         _launch_block_keys(
             rung, idx_keys, ihd, R, int(blocks[0]), int(blocks.size), k_norm_w, cfg, blk_keys
@@ -262,39 +244,14 @@ def _check_scoring(q, cache, base_pos, cfg=None):
 
 
 def _launch_scores(rung, q, blk_keys, nb, inh, ihd, nblk, base_pos, R, out):
+    args = (q, blk_keys, np.int32(inh), np.int32(ihd), np.int32(nblk), np.int32(base_pos))
+    args += (np.int32(R), np.float64(ihd**-0.5), out)
     if rung == "v0":
-        kernel("indexer_v0", "block_scores_v0")(
-            (-(-nblk // _V0_THREADS), nb),
-            (_V0_THREADS,),
-            (
-                q,
-                blk_keys,
-                np.int32(inh),
-                np.int32(ihd),
-                np.int32(nblk),
-                np.int32(base_pos),
-                np.int32(R),
-                np.float64(ihd**-0.5),
-                out,
-            ),
+        kernel("indexer_v0", "block_scores_v0")((-(-nblk // _V0_THREADS), nb), (_V0_THREADS,), args)
+    else:
+        kernel("indexer", "indexer_block_scores")(
+            (-(-nblk // _SCORE_WARPS), nb), (32 * _SCORE_WARPS,), args, shared_mem=inh * ihd * 8
         )
-        return
-    kernel("indexer", "indexer_block_scores")(
-        (-(-nblk // _SCORE_WARPS), nb),
-        (32 * _SCORE_WARPS,),
-        (
-            q,
-            blk_keys,
-            np.int32(inh),
-            np.int32(ihd),
-            np.int32(nblk),
-            np.int32(base_pos),
-            np.int32(R),
-            np.float64(ihd**-0.5),
-            out,
-        ),
-        shared_mem=inh * ihd * 8,
-    )
 
 
 def block_scores(q, cache, base_pos, out=None, *, impl=None):

@@ -22,7 +22,7 @@ import functools
 
 import numpy as np
 
-from .._args import finite_float_arg, int_arg
+from .._args import check_rotary_fits, finite_float_arg, rotary_dim_arg
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 
 __all__ = ["qk_norm_rope", "head_norm_rope", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
@@ -105,17 +105,10 @@ def _resident_blocks(kern, threads, smem):
 
 def _scalars(rotary_dim, theta, eps):
     """(rotary_dim, theta, eps) checked before any array: rotary_dim an even int >= 0, theta a
-    finite float > 0, eps a finite float >= 0 (rotary_dim <= head dim: _check_rotary_fits)."""
-    rotary_dim = int_arg("rotary_dim", rotary_dim, 0)
-    if rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be even, got {rotary_dim}")
+    finite float > 0, eps a finite float >= 0 (rotary_dim <= head dim: check_rotary_fits)."""
+    rotary_dim = rotary_dim_arg(rotary_dim)
     theta = finite_float_arg("theta", theta, 0.0, strict=True)
     return rotary_dim, theta, finite_float_arg("eps", eps, 0.0)
-
-
-def _check_rotary_fits(rotary_dim, hd):
-    if rotary_dim > hd:
-        raise ValueError(f"rotary_dim must be <= {hd} (the head dim), got {rotary_dim}")
 
 
 def _check_head_dim(name, hd):
@@ -159,7 +152,7 @@ def qk_norm_rope(
     check_array("q_weight", q_weight, np.float32, (hd,))
     check_array("k_weight", k_weight, np.float32, (hd,))
     check_array("positions", positions, np.int32, (nb,))
-    _check_rotary_fits(rotary_dim, hd)
+    check_rotary_fits(rotary_dim, hd)
     q_out = out_array("q_out", q_out, (nb, nh, hd), np.float32)
     k_out = out_array("k_out", k_out, (nb, nkv, hd), np.float32)
     heads = nb * (nh + nkv)
@@ -211,7 +204,7 @@ def head_norm_rope(x, weight, positions, rotary_dim, theta, eps=1e-6, out=None, 
     _check_head_dim("x", hd)
     check_array("weight", weight, np.float32, (hd,))
     check_array("positions", positions, np.int32, (nb,))
-    _check_rotary_fits(rotary_dim, hd)
+    check_rotary_fits(rotary_dim, hd)
     out = out_array("out", out, (nb, nheads, hd), np.float32)
     heads = nb * nheads
     args = (
