@@ -16,7 +16,10 @@ __all__ = [
     "kernel_header",
     "show_excerpt",
     "Excerpts",
+    "line_span",
     "lines_between",
+    "show_lines",
+    "show_kernel_lines",
     "in_notebook",
 ]
 
@@ -424,13 +427,8 @@ def in_notebook():
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
-def show_excerpt(file, *names, header=False):
-    """Show kernel_excerpt(file, name) for each name (after kernel_header(file) when header),
-    each under a `// kernels_cuda/<file>: <name>` title: highlighted in a notebook, printed
-    elsewhere."""
-    fname = _kernel_file(file).name
-    parts = [(f"// kernels_cuda/{fname}: header", kernel_header(file))] if header else []
-    parts += [(f"// kernels_cuda/{fname}: {n}", kernel_excerpt(file, n)) for n in names]
+def _show(parts):
+    """Display Excerpts(parts): highlighted in a notebook, printed elsewhere."""
     if in_notebook():
         from IPython.display import display
 
@@ -439,14 +437,50 @@ def show_excerpt(file, *names, header=False):
         print(Excerpts(parts))
 
 
-def lines_between(text, first, last):
-    """The lines of text from the first one containing `first` through the next one containing
-    `last` (a few lines of an excerpt). ValueError naming what is missing."""
+def show_excerpt(file, *names, header=False):
+    """Show kernel_excerpt(file, name) for each name (after kernel_header(file) when header),
+    each under a `// kernels_cuda/<file>: <name>` title: highlighted in a notebook, printed
+    elsewhere."""
+    fname = _kernel_file(file).name
+    parts = [(f"// kernels_cuda/{fname}: header", kernel_header(file))] if header else []
+    parts += [(f"// kernels_cuda/{fname}: {n}", kernel_excerpt(file, n)) for n in names]
+    _show(parts)
+
+
+def line_span(text, first, last, more=0):
+    """(i, j): the index of text's first line containing `first`, and of the next one containing
+    `last`, plus `more` lines (the closing brace of a block), within the text. ValueError naming
+    the marker that is missing."""
     lines = text.split("\n")
-    start = next((i for i, line in enumerate(lines) if first in line), None)
-    if start is None:
+    i = next((n for n, line in enumerate(lines) if first in line), None)
+    if i is None:
         raise ValueError(f"first: no line contains {first!r}")
-    end = next((i for i in range(start, len(lines)) if last in lines[i]), None)
-    if end is None:
+    j = next((n for n in range(i, len(lines)) if last in lines[n]), None)
+    if j is None:
         raise ValueError(f"last: no line after {first!r} contains {last!r}")
-    return "\n".join(lines[start : end + 1])
+    return i, min(j + more, len(lines) - 1)
+
+
+def lines_between(text, first, last, more=0):
+    """The lines of text that line_span(text, first, last, more) spans, as one string."""
+    i, j = line_span(text, first, last, more)
+    return "\n".join(text.split("\n")[i : j + 1])
+
+
+def show_lines(text, title, first, last, more=0, numbered=True, dedent=False):
+    """Show lines_between(text, first, last, more) under `// title` (with `, lines i-j` of the
+    text when numbered; dedented to the cut's own indent when dedent)."""
+    i, j = line_span(text, first, last, more)
+    lines = text.split("\n")[i : j + 1]
+    if dedent:
+        indent = min(len(ln) - len(ln.lstrip()) for ln in lines if ln.strip())
+        lines = [ln[indent:] for ln in lines]
+    head = f"// {title}, lines {i + 1}-{j + 1}" if numbered else f"// {title}"
+    _show([(head, "\n".join(lines))])
+
+
+def show_kernel_lines(file, name, first, last, more=0, dedent=False):
+    """show_lines of kernel_excerpt(file, name) under `// kernels_cuda/<file>: <name>`: the
+    lines of one rung that changed, cut by text markers inside the definition."""
+    title = f"kernels_cuda/{_kernel_file(file).name}: {name}"
+    show_lines(kernel_excerpt(file, name), title, first, last, more, dedent=dedent)

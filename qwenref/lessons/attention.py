@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import golden, nbutil
-from ..excerpts import lines_between
+from .. import excerpts, golden, nbutil
 from ..layout import side_bytes_per_head, side_kinds
 
 __all__ = """
     truth64 merge_states f32_sequential split_errors plot_split_errors plot_split_rule
     designed_row study_rows row_shapes sparse_v_sweep plot_sparse_v knob_figure knob_sliders
     cache_row kind_errors print_side_costs print_bf16_keys plot_kinds plan_calls print_plans
-    lines_between show_cut show_rung print_v0_growth plot_errors print_kind_times
+    show_cut show_rung print_v0_growth plot_errors print_kind_times
     take_away
 """.split()
 
@@ -435,12 +434,8 @@ def print_plans(cfg, T=32768, live=None):
 
 def show_cut(title, text, first, last):
     """Show lines_between(text, first, last) under a title, as show_excerpt shows a whole
-    definition (a highlighted code block in a notebook)."""
-    from IPython.display import display  # outside a notebook: one line with the title
-
-    from ..excerpts import Excerpts
-
-    display(Excerpts([(f"// {title} (lines cut)", lines_between(text, first, last))]))
+    definition."""
+    excerpts.show_lines(text, f"{title} (lines cut)", first, last, numbered=False)
 
 
 # ---- the GPU ladder's records ------------------------------------------------------------------

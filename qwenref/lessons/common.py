@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import nbutil
-from ..excerpts import in_notebook
+from .. import excerpts, nbutil
 
 __all__ = [
     "recorded_pairs",
@@ -79,28 +78,9 @@ def source_below(fig, ax, text):
 
 
 def show_lines(excerpt, title, first, last, more=0):
-    """Display the lines of a kernel excerpt from the first one containing `first` to the
-    next one containing `last`, and `more` lines after it (the closing brace of a block);
-    ValueError naming the marker when one is missing."""
-    from ..excerpts import Excerpts
-
-    lines = excerpt.split("\n")
-    i = next((n for n, line in enumerate(lines) if first in line), None)
-    if i is None:
-        raise ValueError(f"first: {first!r} is not in the excerpt {title!r}")
-    j = next((n for n in range(i, len(lines)) if last in lines[n]), None)
-    if j is None:
-        raise ValueError(f"last: {last!r} is not in the excerpt {title!r} after {first!r}")
-    j = min(j + more, len(lines) - 1)
-    part = Excerpts(
-        [(f"// kernels_cuda/{title}, lines {i + 1}-{j + 1}", "\n".join(lines[i : j + 1]))]
-    )
-    if in_notebook():
-        from IPython.display import display
-
-        display(part)
-    else:
-        print(part)
+    """Show the lines of a kernel excerpt (titled `kernels_cuda/<title>`) from the first one
+    containing `first` to the next one containing `last`, and `more` lines after it."""
+    excerpts.show_lines(excerpt, f"kernels_cuda/{title}", first, last, more)
 
 
 def restyle_ladder(ax, recs):

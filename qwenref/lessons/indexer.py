@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from .. import golden
+from .. import excerpts, golden
 from ..config import AttnConfig
 
 __all__ = """
@@ -285,18 +285,8 @@ def group_filter(scores, K, Q=2):
 
 def show_lines(file, name, first, last):
     """Show the lines of kernel excerpt (file, name) from the first one containing `first`
-    through the next one containing `last`; ValueError naming the marker that is missing."""
-    from IPython.display import display  # print() outside IPython
-
-    from ..excerpts import Excerpts, kernel_excerpt
-
-    lines = kernel_excerpt(file, name).split("\n")
-    i = next((n for n, line in enumerate(lines) if first in line), None)
-    j = next((n for n in range(i or 0, len(lines)) if last in lines[n]), None)
-    if i is None or j is None:
-        raise ValueError(f"{'first' if i is None else 'last'}: not in {file}: {name}")
-    title = f"// kernels_cuda/{file}: {name}, lines {i + 1}-{j + 1}"
-    display(Excerpts([(title, "\n".join(lines[i : j + 1]))]))
+    through the next one containing `last`."""
+    excerpts.show_kernel_lines(file, name, first, last)
 
 
 # ---- figures of the world experiments ---------------------------------------------------------

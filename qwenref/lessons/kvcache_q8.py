@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import golden, nbutil
+from .. import excerpts, golden, nbutil
 from ..config import AttnConfig
 
 __all__ = [
@@ -335,28 +335,8 @@ def plot_attention_errors(Ts, errs):
 # ---- kernel excerpts -----------------------------------------------------------------------
 def show_lines(file, name, first, last):
     """Show the lines of one definition from the first containing `first` through the next one
-    containing `last` (the part of a rung that changed). A missing marker is a ValueError."""
-    from ..excerpts import Excerpts
-
-    lines = nbutil.kernel_excerpt(file, name).splitlines()
-    try:
-        i = next(n for n, line in enumerate(lines) if first in line)
-        j = next(n for n in range(i, len(lines)) if last in lines[n])
-    except StopIteration:
-        raise ValueError(f"{first!r} .. {last!r} not found in {file}: {name}") from None
-    indent = min(len(ln) - len(ln.lstrip()) for ln in lines[i : j + 1] if ln.strip())
-    body = "\n".join(ln[indent:] for ln in lines[i : j + 1])
-    shown = Excerpts([(f"// kernels_cuda/{file}: {name}, lines {i + 1}-{j + 1}", body)])
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-
-        if get_ipython() is not None:
-            display(shown)
-            return
-    except ImportError:
-        pass
-    print(shown)
+    containing `last` (the part of a rung that changed), dedented."""
+    excerpts.show_kernel_lines(file, name, first, last, dedent=True)
 
 
 # ---- errors: golden against float64, GPU against golden ------------------------------------

@@ -21,7 +21,7 @@ from ..bench.counting import layer_stage_bytes
 from ..bench.inputs import random_weights as random_weights  # the bench's scales
 from ..checkpoint import load_checkpoint
 from ..config import AttnConfig
-from .attention import lines_between
+from ..excerpts import lines_between
 from .attention import show_cut as show_cut  # 07's excerpt helper
 
 __all__ = """

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import golden, nbutil
+from .. import excerpts, golden, nbutil
 from ..excerpts import lines_between
 from .overview import floor_flags, l2_bytes
 
@@ -290,17 +290,8 @@ def recorded_samples(stage, kernels):
 
 
 def show_lines(text, title, first, last):
-    """Display lines_between(text, first, last) under a title, highlighted like
-    nbutil.show_excerpt (printed outside a notebook)."""
-    from ..excerpts import Excerpts
-
-    part = Excerpts([(f"// {title}", lines_between(text, first, last))])
-    try:
-        from IPython.display import display
-    except ImportError:
-        print(part)
-        return
-    display(part)
+    """Show lines_between(text, first, last) under a title (no line numbers)."""
+    excerpts.show_lines(text, title, first, last, numbered=False)
 
 
 def mark_above_floor(ax, recs):
