@@ -65,6 +65,14 @@ def check_rotary_fits(rotary_dim, width):
         raise ValueError(f"rotary_dim must be <= {width} (the head width), got {rotary_dim}")
 
 
+def rope_scalars(rotary_dim, theta, eps):
+    """(rotary_dim, theta, eps) of a norm-then-RoPE stage, checked before any array:
+    rotary_dim_arg, theta a finite float > 0, eps a finite float >= 0."""
+    rotary_dim = rotary_dim_arg(rotary_dim)
+    theta = finite_float_arg("theta", theta, 0.0, strict=True)
+    return rotary_dim, theta, finite_float_arg("eps", eps, 0.0)
+
+
 def sparse_arg(sparse_v):
     """The sparse-V threshold: a float in [0, 1) (0 = exact attention)."""
     sparse_v = float_arg("sparse_v", sparse_v)

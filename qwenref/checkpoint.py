@@ -38,7 +38,7 @@ import numpy as np
 from .checkpoint_write import write_random_checkpoint
 from .config import AttnConfig
 from .safetensors_io import INDEX, ST_DTYPES, decode_f32, read_header, read_index
-from .weights import MLP_WEIGHTS, weight_shapes
+from .weights import MLP_WEIGHTS, mlp_weights_given, weight_shapes
 
 __all__ = [
     "LayerWeights",
@@ -77,14 +77,8 @@ class LayerWeights(dict):
         or not finite; a dense MLP with one or two of its three weights is an error too."""
         if not isinstance(cfg, AttnConfig):
             raise TypeError(f"cfg must be an AttnConfig, got {type(cfg).__name__}")
-        mlp = [n for n in MLP_WEIGHTS if n in self]
-        if 0 < len(mlp) < len(MLP_WEIGHTS):
-            missing = next(n for n in MLP_WEIGHTS if n not in self)
-            raise ValueError(
-                f"missing tensor {missing!r}: a dense MLP needs all of "
-                f"{list(MLP_WEIGHTS)} (a MoE layer has none of them)"
-            )
-        for name, shape in weight_shapes(cfg, has_mlp=self.has_mlp).items():
+        has_mlp = mlp_weights_given(self)  # raises on a partial MLP
+        for name, shape in weight_shapes(cfg, has_mlp=has_mlp).items():
             if name not in self:
                 raise ValueError(f"missing tensor {name!r}")
             a = self[name]

@@ -167,6 +167,13 @@ def _skip_template(head):
         head = head[_match(head, m.end() - 1, "<", ">") + 1 :]
 
 
+def _definition(match, kind, first, last):
+    """One entry of _scan's list: a name match (group 1 the name, group 2 template arguments or
+    None), its kind, and its first and last lines."""
+    targs = re.sub(r"\s+", "", match.group(2) or "")
+    return dict(name=match.group(1), targs=targs, kind=kind, first=first, last=last)
+
+
 def _scan(code, lo, hi, defs, macro_names):
     """Record the functions and structs defined at namespace scope in code[lo:hi]."""
     pos, start, depth = lo, None, 0
@@ -204,30 +211,14 @@ def _scan(code, lo, hi, defs, macro_names):
             ):
                 semi = code.find(";", close)
                 end = close if semi < 0 else semi
-                defs.append(
-                    dict(
-                        name=m.group(1),
-                        targs=re.sub(r"\s+", "", m.group(2) or ""),
-                        kind="struct",
-                        first=first,
-                        last=_line_of(code, end),
-                    )
-                )
+                defs.append(_definition(m, "struct", first, _line_of(code, end)))
                 start = close  # the statement ends at the `;` after the brace
             else:
                 name = None
                 if "(" in rest and "=" not in rest[: rest.index("(")]:
                     name = _decl_name(rest)
                 if name:
-                    defs.append(
-                        dict(
-                            name=name.group(1),
-                            targs=re.sub(r"\s+", "", name.group(2) or ""),
-                            kind="function",
-                            first=first,
-                            last=_line_of(code, close),
-                        )
-                    )
+                    defs.append(_definition(name, "function", first, _line_of(code, close)))
                     start = None
                 else:
                     start = close  # enum, initializer: ends at its `;`

@@ -31,6 +31,7 @@ __all__ = [
     "WEIGHT_FORMATS",
     "PROJECTIONS",
     "MLP_WEIGHTS",
+    "mlp_weights_given",
     "weight_shapes",
     "check_layer_args",
     "check_weights",
@@ -105,6 +106,20 @@ def check_layer_args(weight_format, sparse_v, n_splits):
             raise ValueError(f"n_splits must be None or a positive int, got {n_splits!r}")
 
 
+def mlp_weights_given(names, missing="missing tensor"):
+    """True when `names` (a mapping or set of weight names) holds the dense MLP's three weights,
+    False when it holds none of them (a MoE layer); a ValueError starting `missing` and naming
+    the absent weight when it holds only some."""
+    given = [n for n in MLP_WEIGHTS if n in names]
+    if 0 < len(given) < len(MLP_WEIGHTS):
+        absent = next(n for n in MLP_WEIGHTS if n not in names)
+        raise ValueError(
+            f"{missing} {absent!r}: a dense MLP needs all of "
+            f"{list(MLP_WEIGHTS)} (a MoE layer has none of them)"
+        )
+    return bool(given)
+
+
 def check_weights(cfg, w, weight_format):
     """cfg and weights, checked whole: a missing weight, a wrong shape or dtype, NaN or inf, a
     dense MLP with only some of its three weights -> ValueError / TypeError naming the weight;
@@ -122,14 +137,7 @@ def check_weights(cfg, w, weight_format):
         raise TypeError(
             f"w must be a mapping of weight name -> array (LayerWeights), got {type(w).__name__}"
         )
-    mlp_given = [n for n in MLP_WEIGHTS if n in w]
-    if 0 < len(mlp_given) < len(MLP_WEIGHTS):
-        missing = next(n for n in MLP_WEIGHTS if n not in w)
-        raise ValueError(
-            f"w: missing weight {missing!r}: a dense MLP needs all of "
-            f"{list(MLP_WEIGHTS)} (a MoE layer has none of them)"
-        )
-    has_mlp = bool(mlp_given)
+    has_mlp = mlp_weights_given(w, "w: missing weight")
     for name, shape in weight_shapes(cfg, has_mlp).items():
         if name not in w:
             raise ValueError(f"w: missing weight {name!r}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._args import check_rotary_fits, finite_float_arg, int_arg, rotary_dim_arg
+from .._args import check_rotary_fits, int_arg, rope_scalars
 from ..config import AttnConfig
 from ..layout import blocks_completing
 from ._runtime import check_array, kernel, out_array, resolve_rung, type_name
@@ -144,9 +144,7 @@ def indexer_queries(q_raw, q_norm_w, positions, rotary_dim, theta, eps=1e-6, out
     q_raw: cupy float32 [nb, inh, ihd]; q_norm_w: float32 [ihd]; positions: int32 [nb].
     Returns out float32 [nb, inh, ihd] (may be q_raw itself).
     """
-    rotary_dim = rotary_dim_arg(rotary_dim)
-    theta = finite_float_arg("theta", theta, 0.0, strict=True)
-    eps = finite_float_arg("eps", eps, 0.0)
+    rotary_dim, theta, eps = rope_scalars(rotary_dim, theta, eps)
     check_array("q_raw", q_raw, np.float32, ndim=3)
     nb, inh, ihd = q_raw.shape
     _ihd_arg("q_raw", ihd)

@@ -22,7 +22,7 @@ import functools
 
 import numpy as np
 
-from .._args import check_rotary_fits, finite_float_arg, rotary_dim_arg
+from .._args import check_rotary_fits, rope_scalars
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 
 __all__ = ["qk_norm_rope", "head_norm_rope", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
@@ -103,14 +103,6 @@ def _resident_blocks(kern, threads, smem):
     return sms * max(1, per_sm)
 
 
-def _scalars(rotary_dim, theta, eps):
-    """(rotary_dim, theta, eps) checked before any array: rotary_dim an even int >= 0, theta a
-    finite float > 0, eps a finite float >= 0 (rotary_dim <= head dim: check_rotary_fits)."""
-    rotary_dim = rotary_dim_arg(rotary_dim)
-    theta = finite_float_arg("theta", theta, 0.0, strict=True)
-    return rotary_dim, theta, finite_float_arg("eps", eps, 0.0)
-
-
 def _check_head_dim(name, hd):
     if not 1 <= hd <= _MAX_HD:
         raise ValueError(f"{name}: head dim must be in [1, {_MAX_HD}], got {hd}")
@@ -137,7 +129,7 @@ def qk_norm_rope(
     k_out [nb, nkv, hd]) float32.
     """
     rung = _rung("qk_norm_rope", impl)
-    rotary_dim, theta, eps = _scalars(rotary_dim, theta, eps)
+    rotary_dim, theta, eps = rope_scalars(rotary_dim, theta, eps)
     check_array("qg", qg, np.float32, ndim=3)
     check_array("k", k, np.float32, ndim=3)
     nb, nh, two_hd = qg.shape
@@ -198,7 +190,7 @@ def head_norm_rope(x, weight, positions, rotary_dim, theta, eps=1e-6, out=None, 
     default). Returns out: float32 [nb, nheads, hd], C-contiguous.
     """
     rung = _rung("head_norm_rope", impl)
-    rotary_dim, theta, eps = _scalars(rotary_dim, theta, eps)
+    rotary_dim, theta, eps = rope_scalars(rotary_dim, theta, eps)
     check_array("x", x, np.float32, ndim=3, contiguous="last")
     nb, nheads, hd = x.shape
     _check_head_dim("x", hd)
