@@ -210,3 +210,34 @@ def test_write_results_merge_keeps_the_ladder_apart_from_its_stages(tmp_path):
         ("rms_norm", None),
     ]
     assert doc["only"] == ["ladder", "norm"]
+
+
+def test_context_record_adds_one_run_at_the_runs_copy_rate(capsys):
+    from qwenref.bench.context import Context
+
+    ctx = Context.__new__(Context)  # the GPU-free part: no copy rate is measured here
+    ctx.runs, ctx.samples, ctx.copy_gbps = [], {}, 2000.0
+    ref = np.arange(10, dtype=np.float32)
+    run = ctx.record("wht", "wht", {"rows": 2, "n": 5}, 4.0, 8000, 1e-7, 1e-5, ref, ref + 1)
+    assert ctx.runs == [run] and run["stage"] == "wht" and run["ok"]
+    assert run["gbps"] == pytest.approx(2.0) and run["pct_of_copy"] == pytest.approx(0.1)
+    assert np.array_equal(ctx.samples[0][0], ref) and np.array_equal(ctx.samples[0][1], ref + 1)
+    ctx.record("wht", "wht", {"rows": 2, "n": 5}, 4.0, 8000, 1e-3, 1e-5, iqr_us=0.5)
+    assert ctx.runs[1]["iqr_us"] == 0.5 and not ctx.runs[1]["ok"] and 1 not in ctx.samples
+    assert len(capsys.readouterr().out.splitlines()) == 2  # one table line per run
+
+
+def test_code_match_counts_codes_and_scales_of_the_slots_compared():
+    from qwenref import golden
+    from qwenref.bench.inputs import dense_cfg
+    from qwenref.bench.records import code_match
+
+    cfg = dense_cfg().replace(num_key_value_heads=1, head_dim=64)
+    rng = np.random.default_rng(0)
+    k, v = rng.standard_normal((2, 3, 1, 64), dtype=np.float32)
+    a, b = golden.KVCache(cfg, max_t=3, kind="q8"), golden.KVCache(cfg, max_t=3, kind="q8")
+    a.append(k, v)
+    b.append(k, v)
+    assert code_match(a, b, 0, 3) == 1.0
+    b.v_store["q"][0, 2, 0] ^= 1  # one code of the last slot
+    assert code_match(a, b, 0, 2) == 1.0 and 0.99 < code_match(a, b, 0, 3) < 1.0
