@@ -15,7 +15,7 @@ IDS = [p.name for p in NOTEBOOKS]
 MAX_CELL_LINES = 30  # a cell a reader takes in at a glance
 MAX_OUTPUT_LINES = 60  # about one screen
 # an absolute path (not a URL's): a machine's, which no reader has
-ABS_PATH = re.compile(r"(?<![\w.:/~-])/(?:[\w.-]+/){2,}")
+ABS_PATH = re.compile(r"(?<![\w.:/~-])/[\w.-]+/[\w.-]+")
 # a Markdown document named by file name: it must be one of the repo's
 DOC = re.compile(r"\b([\w/.-]+\.md)\b")
 

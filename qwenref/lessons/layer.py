@@ -13,6 +13,7 @@ import json
 import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -97,6 +98,15 @@ def _hf_model(theta, seed):
     return model
 
 
+def _config_fields(conf):
+    """The fields of transformers' config that shape the layer, as recorded beside the errors."""
+    d = conf.to_dict()
+    keys = ["model_type", "hidden_size", "num_attention_heads", "num_key_value_heads"]
+    keys += ["head_dim", "intermediate_size", "rms_norm_eps", "num_hidden_layers", "layer_types"]
+    keys += ["hidden_act", "attention_bias", "rope_parameters"]
+    return {k: d[k] for k in keys if k in d}
+
+
 def hf_parity(theta=1e7, seed=0, chunks=(20, 1, 1, 1)):
     """transformers' Qwen3_5DecoderLayer against golden.FullAttentionLayer on a checkpoint that
     transformers wrote: per-row relative errors of three golden variants (f32 / q8 weights, f32
@@ -112,6 +122,7 @@ def hf_parity(theta=1e7, seed=0, chunks=(20, 1, 1, 1)):
         with tempfile.TemporaryDirectory() as d:
             model.save_pretrained(d)
             ck = load_checkpoint(d)
+            weights = ck.layer(0)  # read now: the checkpoint reads its files lazily
         xt = torch.from_numpy(xr)[None]  # [1, T, H]
         # text positions as three identical M-RoPE rows [3, batch, T]: transformers versions
         # differ in whether the rotary embedding expands [batch, T] itself
@@ -120,11 +131,14 @@ def hf_parity(theta=1e7, seed=0, chunks=(20, 1, 1, 1)):
         with torch.no_grad():
             ref = model.model.layers[0](xt, position_embeddings=cos_sin, attention_mask=mask)
     ref = (ref[0] if isinstance(ref, tuple) else ref)[0].numpy()  # [T, H]
-    out = dict(torch=torch.__version__, transformers=transformers.__version__, variants={})
+    what = "golden.FullAttentionLayer vs transformers Qwen3_5DecoderLayer (eager, float32)"
+    out = dict(what=what)
+    out.update(torch=torch.__version__, transformers=transformers.__version__)
+    out.update(numpy=np.__version__, config=_config_fields(model.config), variants={})
     out.update(date=time.strftime("%Y-%m-%d"), chunks=list(chunks), tolerance=1e-5)
     out["update_norm"] = nbutil.relerr(ref, xr)
     for wf, kind in (("f32", "f32"), ("f32", "q8"), ("q8", "f32")):
-        layer = golden.FullAttentionLayer(ck.config, ck.layer(0), weight_format=wf)
+        layer = golden.FullAttentionLayer(ck.config, weights, weight_format=wf)
         cache = golden.KVCache(ck.config, max_t=64, kind=kind)
         y = np.concatenate(
             [layer.forward(c, len(cache), cache) for c in np.split(xr, np.cumsum(chunks)[:-1])]
@@ -148,7 +162,8 @@ def parity(live):
         except ImportError as e:
             why = f"torch or transformers' Qwen3.5 model is not importable ({e})"
         except Exception as e:  # an API this notebook does not know yet: say so, show the record
-            why = f"the live run failed: {type(e).__name__}: {e}"
+            msg = str(e).replace(tempfile.gettempdir(), "$TMPDIR")  # no machine's path
+            why = f"the live run failed: {type(e).__name__}: {msg}"
     path = nbutil.results_path("parity_hf.json")
     if path is None:
         return None, f"not run live ({why}) and no results/parity_hf.json is recorded"
@@ -597,3 +612,20 @@ def take_away(recs, grecs):
     if gains:
         ratios = [f / q for f, q, _ in gains.values()]
         print(f"q8 weights against f32: the GEMV {min(ratios):.1f}-{max(ratios):.1f}x faster")
+
+
+def write_parity(path="results/parity_hf.json"):
+    """Run hf_parity() and record it at path, with the config transformers built and how to
+    redo it (`python -m qwenref.lessons.layer`)."""
+    p = hf_parity()
+    n_dec = len(p["chunks"]) - 1
+    p["how"] = (
+        "python -m qwenref.lessons.layer: lessons.layer.hf_parity() (theta 1e7, a prefill of "
+        f"{p['chunks'][0]} rows + {n_dec} decode steps), the run notebooks/08_layer.ipynb shows"
+    )
+    Path(path).write_text(json.dumps(p, indent=1) + "\n")
+    return p
+
+
+if __name__ == "__main__":
+    write_parity()
