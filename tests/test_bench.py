@@ -116,9 +116,20 @@ def test_cases_cover_every_stage_and_the_target_shapes():
     for T in (4096, 32768, 131072):
         assert (T, 1, "decode_attention q8") in attn
     assert (131072, 4, "decode_attention q8") in attn
-    kinds_32k = {k.split()[-1] for s, k, sh, _ in cases if s == "attention" and sh["T"] == 32768}
-    assert kinds_32k == set(CACHE_KINDS)
-    assert any(s == "indexer" and sh["T"] == 131072 for s, k, sh, _ in cases)
+    for T in (32768, 131072):  # every format at both lengths, with 1 and 4 rows
+        for nb in (1, 4):
+            kinds = {
+                k.split()[-1]
+                for s, k, sh, _ in cases
+                if s == "attention" and sh == {"T": T, "nb": nb}
+            }
+            assert kinds == set(CACHE_KINDS), (T, nb)
+    qsa = {
+        k.split()[-1] for s, k, sh, _ in cases if s == "indexer" and sh == {"T": 131072, "nb": 1}
+    }
+    assert qsa == set(CACHE_KINDS)  # the selective path on every format
+    dense = {sh.get("kind") for s, k, sh, _ in cases if s == "layer" and k.startswith("dense")}
+    assert dense == {"q8", "turbo4"}
     assert len([s for s, *_ in cases if s == "gemv"]) == 4
     assert all(callable(fn) for *_, fn in cases)
     quick = cli.case_list(quick=True)

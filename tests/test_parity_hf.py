@@ -241,13 +241,13 @@ def test_multimodal_checkpoint_saved_by_transformers(hf, tmp_path):
 
 
 def test_the_notebooks_parity_run_matches_its_record():
-    """lessons.layer.hf_parity, the run notebook 08 shows (live) and results/parity_hf.json
+    """lessons.parity.hf_parity, the run notebook 08 shows (live) and results/parity_hf.json
     records: it runs to the end on a checkpoint transformers wrote, its f32 variant is within the
     recorded tolerance, and the record holds the same fields and the same q8 errors."""
     import json
     from pathlib import Path
 
-    from qwenref.lessons import layer as lesson
+    from qwenref.lessons import parity as lesson
 
     p = lesson.hf_parity()
     rec = json.loads((Path(__file__).parent.parent / "results" / "parity_hf.json").read_text())

@@ -14,10 +14,11 @@ Method: random inputs, never zeros; rel_err = ‖gpu − golden‖ /
 ‖golden‖ in float64; timing with CUDA events, warm-up first, the median of many batches; before
 each batch a spin kernel holds the GPU while the host queues the batch, so the events time the
 GPU, not the Python launch rate; inputs rotate among copies when one set would fit in L2, so a
-streaming kernel streams from memory; the decode step is also timed as CUDA-graph replays,
-and beside the q8 decode runs its floor: stream.cu's stream_read, one launch that reads the same
-bytes and nothing else (the best a single launch of that size can do). Every time is
-measured by qwenref.timing.
+streaming kernel streams from memory; every decode (each cache kind at 32k and 128k tokens,
+1 and 4 rows) is also timed as CUDA-graph replays, each beside the SDPA peer timed the same way
+and its floor (floor_us, pct_of_floor): stream.cu's stream_read, one launch that reads the same
+bytes and nothing else (the best a single launch of that size can do), measured in the same
+case; so is the graph-replayed layer step. Every time is measured by qwenref.timing.
 `bytes` is what the kernel must move: each input read once, each output written once, counted
 from the shapes (counting.py). copy_gbps = 2 × bytes / time of a device-to-device copy of 1 GiB
 in the same run; pct_of_copy = 100 · gbps / copy_gbps.

@@ -18,7 +18,7 @@ __all__ = [
     "sdpa_peer",
     "case_attention",
     "attention_graph_run",
-    "floor_runs",
+    "floor_rows",
 ]
 
 
@@ -90,8 +90,11 @@ def sdpa_peer(ctx, nb, nh, nkv, hd, T, cache_key, graph_calls=0):
     return best
 
 
-def case_attention(ctx, T, nb, kind, peer=True):
-    """Dense split-T decode on a cache of T tokens: rows at T-nb .. T-1 (the last row sees T)."""
+def case_attention(ctx, T, nb, kind, peer=True, calls_per_graph=8):
+    """Dense split-T decode on a cache of T tokens: rows at T-nb .. T-1 (the last row sees T).
+    Queued and as graph replays, each beside the read floor of its bytes measured here (fields
+    floor_us, pct_of_floor) and the SDPA peer timed the same way; the floor's own rows for q8
+    with one row (what notebook 00 shows)."""
     from .. import gpu
 
     cp = ctx.cp
@@ -108,28 +111,36 @@ def case_attention(ctx, T, nb, kind, peer=True):
     err = rel_err(host(out), ref)
     med, iqr = ctx.time(lambda i: gpu.decode_attention(q, caches[i], base, out=out), nr)
     nbytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, kind, base)
-    pk = {}
+    fl = timing.floor_us(nbytes, ctx.n_rot(nbytes), ctx.batches, graph_calls=calls_per_graph)
+    extra = {"iqr_us": iqr, **_floor_fields(fl.us, med)}
     if peer:
         p = sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, T, ("dense", T, nb))
         if p:
-            pk = {"peer": p[0], "peer_us": p[1]}
+            extra.update(peer=p[0], peer_us=p[1])
     shape = decode_shape(T, nb, c, kind)
     tol = attention_tol(caches[0], nb)
     kname, got = f"decode_attention {kind}", host(out)
-    ctx.record("attention", kname, shape, med, nbytes, err, tol, ref, got, iqr_us=iqr, **pk)
-    if kind == "q8":
-        attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol)
-        if nb == 1:
-            del caches  # the floor's buffers take their place
-            floor_runs(ctx, T, nb, nbytes)
+    ctx.record("attention", kname, shape, med, nbytes, err, tol, ref, got, **extra)
+    graph = (ref, shape, nbytes, tol, fl.graph_us, peer, calls_per_graph)
+    attention_graph_run(ctx, caches, q, base, *graph)
+    if kind == "q8" and nb == 1:
+        floor_rows(ctx, T, nb, nbytes, fl, calls_per_graph)
 
 
-def attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol, calls_per_graph=8):
+def _floor_fields(floor_us, us):
+    """A run's floor fields: the floor's time and the run's share of it (100: at the floor)."""
+    return {"floor_us": floor_us, "pct_of_floor": 100.0 * floor_us / us} if floor_us else {}
+
+
+def attention_graph_run(
+    ctx, caches, q, base, ref, shape, nbytes, tol, floor_us=None, peer=True, calls_per_graph=8
+):
     """The same decode as CUDA-graph replays (what a captured decode step runs): a graph of
     calls_per_graph decodes rotating over the caches, replayed; time per decode = median replay
     / calls. The gap between the partials and the combine is then a graph's, not the host's
     queue's. The output after the replays is checked against golden (every cache holds the
-    same tokens)."""
+    same tokens). Beside it: the floor's graph-replay time (floor_us) and SDPA replayed from a
+    torch graph (peer)."""
     from .. import gpu
 
     cp = ctx.cp
@@ -146,20 +157,24 @@ def attention_graph_run(ctx, caches, q, base, ref, shape, nbytes, tol, calls_per
     if g.mode != "graph":
         print(f"  (decode graph capture failed: {g.mode}; no graph run recorded)")
         return
-    kname, err = f"decode_attention q8 (graph replay, {n} per graph)", rel_err(host(out), ref)
-    ctx.record("attention", kname, shape, g.us, nbytes, err, tol)
+    extra = _floor_fields(floor_us, g.us)
+    if peer:
+        dims = (q.shape[0], shape["nh"], shape["nkv"], shape["head_dim"], shape["T"])
+        p = sdpa_peer(ctx, *dims, ("dense", shape["T"], q.shape[0]), graph_calls=calls_per_graph)
+        if p:
+            extra.update(peer=p[0], peer_us=p[1])
+    kind, err = shape["kind"], rel_err(host(out), ref)
+    kname = f"decode_attention {kind} (graph replay, {n} per graph)"
+    ctx.record("attention", kname, shape, g.us, nbytes, err, tol, **extra)
 
 
-def floor_runs(ctx, T, nb, nbytes, calls_per_graph=8):
-    """The floor of one launch at the decode's size: stream.cu's stream_read over nbytes (it
-    reads them and nothing else), queued and as graph replays like the decode, over rotated
-    buffers (timing.floor_us). A launch that missed a byte raises (an error row); err is 0."""
-    nr = max(2, ctx.n_rot(nbytes))
-    fl = timing.floor_us(nbytes, nr, ctx.batches, graph_calls=calls_per_graph)
+def floor_rows(ctx, T, nb, nbytes, fl, calls_per_graph=8):
+    """The floor's own rows at the decode's size (fl: timing.floor_us's Floor, which read
+    nbytes from rotated buffers and nothing else, queued and as graph replays); err is 0."""
     shape = {"T": T, "nb": nb, "bytes": nbytes}
     name = "stream_read floor (one launch reading the decode's bytes)"
     ctx.record("attention", name, shape, fl.us, nbytes, 0.0, 0.0, iqr_us=fl.iqr_us)
     if fl.graph_us is not None:
-        n = max(calls_per_graph, nr)
+        n = max(calls_per_graph, max(2, ctx.n_rot(nbytes)))
         kname = f"{name} (graph replay, {n} per graph)"
         ctx.record("attention", kname, shape, fl.graph_us, nbytes, 0.0, 0.0)

@@ -8,32 +8,35 @@ import numpy as np
 
 from .. import timing
 from .counting import layer_stage_bytes
-from .inputs import decode_shape, fill_caches, host, qwen_cfg, randn, random_weights
+from .inputs import decode_shape, dense_cfg, fill_caches, host, qwen_cfg, randn, random_weights
 from .records import code_match, rel_err
 from .tolerances import TOL_LAYER
 
 __all__ = ["case_layer", "selection_match"]
 
 
-def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
-    """One decode step of the 27B layer at T cached tokens: validated against the golden layer,
-    then per stage (events), eager end to end, and as CUDA-graph replays."""
+def case_layer(ctx, T, nbs, kind="q8", weight_format="q8", dense=False):
+    """One decode step of the 27B layer at T cached tokens (dense: the config without the
+    indexer, every row attending to all tokens): validated against the golden layer, then per
+    stage (events), eager end to end, and as CUDA-graph replays beside the read floor of the
+    step's bytes (weights, the cache, activations: one launch reading that many)."""
     from .. import golden, gpu
     from ..gpu.layer import STAGES as LSTAGES
 
     cp = ctx.cp
-    c = qwen_cfg()
+    c = dense_cfg() if dense else qwen_cfg()
     w = random_weights(c)
     layer = gpu.FullAttentionLayer(c, w, weight_format=weight_format)
     glayer = golden.FullAttentionLayer(c, w, weight_format=weight_format)
     del w
     reps = ctx.batches
     # per nb: 1 checked step + reps staged + reps eager + 1 graph (+ slack)
-    extra = sum(nbs) * (2 * reps + 4) + 16
-    cache = gpu.KVCache(c, max_t=T + extra, kind=kind)
-    knw = cp.asarray(glayer.w["self_attn.indexer.k_norm.weight"])
+    slack = sum(nbs) * (2 * reps + 4) + 16
+    cache = gpu.KVCache(c, max_t=T + slack, kind=kind)
+    knw = cp.asarray(glayer.w["self_attn.indexer.k_norm.weight"]) if c.has_indexer else None
     fill_caches([cache], T, knw)
     wb = layer.weight_bytes()
+    pre = "dense " if dense else ""  # the kernel names of notebook 08's rows stay its own
     for nb in nbs:
         R, budget = c.indexer_compress_ratio, c.indexer_budget
         base_shape = decode_shape(T, nb, c, kind, weights=weight_format, R=R, budget=budget)
@@ -60,14 +63,13 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
                 continue
             times = per[st]
             us, iqr = float(np.median(times)), float(np.subtract(*np.percentile(times, [75, 25])))
-            ctx.record(
-                "layer", f"step: {st}", base_shape, us, sb.get(st, 0), err, TOL_LAYER, iqr_us=iqr
-            )
+            kname = f"{pre}step: {st}"
+            ctx.record("layer", kname, base_shape, us, sb.get(st, 0), err, TOL_LAYER, iqr_us=iqr)
         # eager: host-launched, no spin (what a Python decode loop gets)
         eager = timing.eager_us(lambda: layer.forward(x, len(cache), cache), reps)
         nbytes, got = sb["total"], host(y)
         extra = {"weight_bytes": wb, "code_match": codes, "selection_match": sel_match}
-        kname = "step eager (host launches)"
+        kname = f"{pre}step eager (host launches)"
         ctx.record("layer", kname, base_shape, eager.us, nbytes, err, TOL_LAYER, ref, got, **extra)
         # graph: capture at the current length, check one replay against golden, time replays
         base = len(cache)
@@ -75,8 +77,11 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8"):
         g = layer.capture(x, base, cache)
         gerr = rel_err(host(g.out), glayer.forward(host(x), base, gc))
         med = timing.graph_us(g, batches=max(10, reps), per_batch=10, warmup=5).us
-        kname = "step graph replay"
-        ctx.record("layer", kname, base_shape, med, sb["total"], gerr, TOL_LAYER, weight_bytes=wb)
+        fl = timing.floor_us(sb["total"], ctx.n_rot(sb["total"]), ctx.batches, graph_calls=10)
+        floor = {"floor_us": fl.graph_us, "pct_of_floor": 100.0 * fl.graph_us / med}
+        extra = {"weight_bytes": wb, **(floor if fl.graph_us else {})}
+        kname = f"{pre}step graph replay"
+        ctx.record("layer", kname, base_shape, med, sb["total"], gerr, TOL_LAYER, **extra)
         del g
 
 

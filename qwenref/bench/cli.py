@@ -20,12 +20,12 @@ from .records import device_slug, error_run, format_table, require_commit, write
 
 __all__ = ["STAGES", "case_list", "run_all", "stage_list", "main"]
 
+K = 1024  # tokens in a "k" of context
 STAGES = ("norm", "rope", "wht", "kvcache", "attention", "indexer", "gemv", "layer", "ladder")
 
 
 def case_list(quick):
     """(stage, kernel, shape, callable) in run order; quick = fewer and smaller."""
-    K = 1024
     qk = quick
     cases = (
         [
@@ -83,38 +83,15 @@ def case_list(quick):
             ("kvcache", "KVCache.append q8", {"nb": 1}, lambda c: case_append(c, 1, "q8")),
         ]
     )
-    for T, nb in (
-        [(4 * K, 1), (32 * K, 1)] if qk else [(4 * K, 1), (32 * K, 1), (128 * K, 1), (128 * K, 4)]
-    ):
-        cases.append(
-            (
-                "attention",
-                "decode_attention q8",
-                {"T": T, "nb": nb},
-                lambda c, T=T, nb=nb: case_attention(c, T, nb, "q8"),
-            )
-        )
-    from ..golden.kvcache import CACHE_KINDS
-
-    for kind in CACHE_KINDS:
-        if kind == "q8" or (qk and kind not in ("f32", "turbo4", "bf16k-turbo4v")):
-            continue
-        cases.append(
-            (
-                "attention",
-                f"decode_attention {kind}",
-                {"T": 32 * K, "nb": 1},
-                lambda c, kind=kind: case_attention(c, 32 * K, 1, kind),
-            )
-        )
-    for nb in [1] if qk else [1, 4]:
+    cases += _attention_cases(qk)
+    for kind, nb in _qsa_runs(qk):
         T = 32 * K if qk else 128 * K
         cases.append(
             (
                 "indexer",
-                "QSA selective",
+                f"QSA selective {kind}",
                 {"T": T, "nb": nb},
-                lambda c, T=T, nb=nb: case_qsa(c, T, nb),
+                lambda c, T=T, nb=nb, kind=kind: case_qsa(c, T, nb, kind),
             )
         )
     for name, n_out, n_in in PROJS:
@@ -131,10 +108,49 @@ def case_list(quick):
     cases.append(
         ("layer", "decode step q8", {"T": T}, lambda c: case_layer(c, T, [1] if qk else [1, 4]))
     )
+    for kind in () if qk else ("q8", "turbo4"):  # the dense layer (no indexer) at its floor
+        cases.append(
+            (
+                "layer",
+                f"dense decode step {kind}",
+                {"T": T, "kind": kind},
+                lambda c, kind=kind: case_layer(c, T, [1], kind, dense=True),
+            )
+        )
     for fn, sizes in LADDER:
         for kw in sizes[:1] if qk else sizes:
             cases.append(("ladder", fn.__name__, kw, lambda c, fn=fn, kw=kw: fn(c, **kw)))
     return cases
+
+
+def _attention_cases(qk):
+    """Dense decode: q8 at 4k and 32k (quick: and three more kinds at 32k); else every cache kind
+    at 32k and 128k tokens with 1 and 4 rows, and q8 at 4k."""
+    from ..layout import CACHE_KINDS
+
+    if qk:
+        runs = [("q8", 4 * K, 1), ("q8", 32 * K, 1)]
+        runs += [(kind, 32 * K, 1) for kind in ("f32", "turbo4", "bf16k-turbo4v")]
+    else:
+        runs = [("q8", 4 * K, 1)]
+        runs += [(kd, T, nb) for kd in CACHE_KINDS for T in (32 * K, 128 * K) for nb in (1, 4)]
+    return [
+        (
+            "attention",
+            f"decode_attention {kind}",
+            {"T": T, "nb": nb},
+            lambda c, kind=kind, T=T, nb=nb: case_attention(c, T, nb, kind),
+        )
+        for kind, T, nb in runs
+    ]
+
+
+def _qsa_runs(qk):
+    """(kind, rows) of the selective path: q8 with 1 row (quick), else every kind with 1 row
+    and q8 with 4."""
+    from ..layout import CACHE_KINDS
+
+    return [("q8", 1)] if qk else [(kind, 1) for kind in CACHE_KINDS] + [("q8", 4)]
 
 
 def run_all(quick=False, only=None):

@@ -15,6 +15,8 @@ from .. import excerpts, nbutil
 __all__ = [
     "recorded_pairs",
     "error_strip",
+    "caption",
+    "side_legend",
     "source_below",
     "show_lines",
     "restyle_ladder",
@@ -67,6 +69,17 @@ def error_strip(ax, rows, title="", edge=1e-9):
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return ax
+
+
+def caption(fig, text):
+    """Where a figure's numbers come from, under its axes (after tight_layout)."""
+    fig.tight_layout()
+    fig.text(0.01, -0.02, text, fontsize=7, color="0.35")
+
+
+def side_legend(ax):
+    """A legend beside the axes, never over the data."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def source_below(fig, ax, text):

@@ -512,15 +512,16 @@ def plot_against_T(ladders):
     _finish(ax, next(iter(ladders.values())).source, 7)
 
 
-def qsa_parts(recs):
-    """The QSA step's parts per (T, nb) from the indexer stage's records: block scores,
+def qsa_parts(recs, kind="q8"):
+    """The QSA step's parts per (T, nb) on a cache of `kind` from the indexer stage's records
+    (the bench records the selective path on every kind; this notebook reads q8's): block scores,
     select_rows (scores + top-k: two launches), top-k = select_rows - block_scores (not timed
     alone), the selective attention, the whole step (queued, and as graph replay), and dense
     SDPA's time (the peer, timed the same way). [{T, nb, scores, select_rows, topk, attention,
     step, step_graph, dense, dense_graph}], µs."""
     groups = {}
     for r in recs.runs:
-        if r.get("median_us"):
+        if r.get("median_us") and r["shape"].get("kind") == kind:
             groups.setdefault((r["shape"].get("T"), r["shape"].get("nb")), []).append(r)
     out = []
     for (T, nb), rs in sorted(groups.items()):

@@ -9,21 +9,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import json
-import tempfile
 import time
-import warnings
-from pathlib import Path
 
 import numpy as np
 
 from .. import golden, nbutil
 from ..bench.counting import layer_stage_bytes
 from ..bench.inputs import random_weights as random_weights  # the bench's scales
-from ..checkpoint import load_checkpoint
 from ..config import AttnConfig
 from ..excerpts import lines_between
 from .attention import show_cut as show_cut  # 07's excerpt helper
+from .common import caption, side_legend
+from .parity import hf_parity as hf_parity  # 08's parity with transformers
+from .parity import parity as parity
+from .parity import show_parity as show_parity
 
 __all__ = """
     show_cut source_between hf_parity parity show_parity mid_config random_weights
@@ -33,170 +32,9 @@ __all__ = """
 """.split()
 
 
-def _caption(fig, text):
-    """Where a figure's numbers come from, under its axes (after tight_layout)."""
-    fig.tight_layout()
-    fig.text(0.01, -0.02, text, fontsize=7, color="0.35")
-
-
-def _legend(ax):
-    """A legend beside the axes, never over the data."""
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-
-
 def source_between(fn, first, last):
     """fn's source from the line containing `first` through the next containing `last`."""
     return lines_between(inspect.getsource(fn), first, last)
-
-
-# ---- parity with transformers ------------------------------------------------------------------
-@contextlib.contextmanager
-def _quiet():
-    """No tqdm warning that ipywidgets is missing (transformers imports tqdm.auto), and no
-    progress bar from save_pretrained: nothing on stderr."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="IProgress not found")
-        import transformers
-
-        transformers.utils.logging.disable_progress_bar()
-        transformers.utils.logging.set_verbosity_error()
-        with contextlib.suppress(ImportError):
-            from huggingface_hub.utils import disable_progress_bars
-
-            disable_progress_bars()
-        yield transformers
-
-
-def _hf_model(theta, seed):
-    """A one-layer Qwen3_5ForCausalLM in float32, all full attention, its weights randomised
-    (transformers initialises the zero-centred norms to 0, which would hide a w vs 1 + w slip;
-    projections ~ N(0, 1/fan_in) keep every term O(1))."""
-    import torch
-    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
-    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
-
-    conf = Qwen3_5TextConfig(
-        vocab_size=16,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        rms_norm_eps=1e-6,
-        layer_types=["full_attention"],
-        rope_parameters=dict(rope_type="default", rope_theta=theta, partial_rotary_factor=0.25),
-    )
-    conf._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    model = Qwen3_5ForCausalLM(conf).eval()
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            scale = 0.1 if p.ndim == 1 else p.shape[-1] ** -0.5
-            p.copy_(torch.randn(p.shape, generator=g) * scale)
-    return model
-
-
-def _config_fields(conf):
-    """The fields of transformers' config that shape the layer, as recorded beside the errors."""
-    d = conf.to_dict()
-    keys = ["model_type", "hidden_size", "num_attention_heads", "num_key_value_heads"]
-    keys += ["head_dim", "intermediate_size", "rms_norm_eps", "num_hidden_layers", "layer_types"]
-    keys += ["hidden_act", "attention_bias", "rope_parameters"]
-    return {k: d[k] for k in keys if k in d}
-
-
-def hf_parity(theta=1e7, seed=0, chunks=(20, 1, 1, 1)):
-    """transformers' Qwen3_5DecoderLayer against golden.FullAttentionLayer on a checkpoint that
-    transformers wrote: per-row relative errors of three golden variants (f32 / q8 weights, f32
-    / q8 cache), golden running a prefill then decode steps through a KVCache. Returns a
-    JSON-able dict (what results/parity_hf.json records)."""
-    import torch
-
-    with _quiet() as transformers:
-        model = _hf_model(theta, seed)
-        T = sum(chunks)
-        xr = np.random.default_rng(seed).standard_normal((T, 128)).astype(np.float32)
-        xr[5, 7] = 9.0  # an outlier channel
-        with tempfile.TemporaryDirectory() as d:
-            model.save_pretrained(d)
-            ck = load_checkpoint(d)
-            weights = ck.layer(0)  # read now: the checkpoint reads its files lazily
-        xt = torch.from_numpy(xr)[None]  # [1, T, H]
-        # text positions as three identical M-RoPE rows [3, batch, T]: transformers versions
-        # differ in whether the rotary embedding expands [batch, T] itself
-        cos_sin = model.model.rotary_emb(xt, torch.arange(T)[None, None].expand(3, 1, T))
-        mask = torch.full((T, T), float("-inf")).triu(1)[None, None]
-        with torch.no_grad():
-            ref = model.model.layers[0](xt, position_embeddings=cos_sin, attention_mask=mask)
-    ref = (ref[0] if isinstance(ref, tuple) else ref)[0].numpy()  # [T, H]
-    what = "golden.FullAttentionLayer vs transformers Qwen3_5DecoderLayer (eager, float32)"
-    out = dict(what=what)
-    out.update(torch=torch.__version__, transformers=transformers.__version__)
-    out.update(numpy=np.__version__, config=_config_fields(model.config), variants={})
-    out.update(date=time.strftime("%Y-%m-%d"), chunks=list(chunks), tolerance=1e-5)
-    out["update_norm"] = nbutil.relerr(ref, xr)
-    for wf, kind in (("f32", "f32"), ("f32", "q8"), ("q8", "f32")):
-        layer = golden.FullAttentionLayer(ck.config, weights, weight_format=wf)
-        cache = golden.KVCache(ck.config, max_t=64, kind=kind)
-        y = np.concatenate(
-            [layer.forward(c, len(cache), cache) for c in np.split(xr, np.cumsum(chunks)[:-1])]
-        )
-        out["variants"][f"{wf} weights, {kind} cache"] = {
-            "per_row": [nbutil.relerr(y[t], ref[t]) for t in range(T)],
-            "all": nbutil.relerr(y, ref),
-            "update": nbutil.relerr(y - xr, ref - xr),
-        }
-    return out
-
-
-def parity(live):
-    """(parity dict or None, a line saying where it comes from): live when `live` and torch and
-    transformers (with the Qwen3.5 classes) import, else the run in results/parity_hf.json."""
-    why = "not asked for (LIVE_HF is False)"
-    if live:
-        try:
-            p = hf_parity()
-            return p, f"live run: torch {p['torch']}, transformers {p['transformers']}"
-        except ImportError as e:
-            why = f"torch or transformers' Qwen3.5 model is not importable ({e})"
-        except Exception as e:  # an API this notebook does not know yet: say so, show the record
-            msg = str(e).replace(tempfile.gettempdir(), "$TMPDIR")  # no machine's path
-            why = f"the live run failed: {type(e).__name__}: {msg}"
-    path = nbutil.results_path("parity_hf.json")
-    if path is None:
-        return None, f"not run live ({why}) and no results/parity_hf.json is recorded"
-    p = json.loads(path.read_text())
-    return p, (
-        f"not run live: {why}; recorded {p['date']} with torch {p['torch']}, "
-        f"transformers {p['transformers']} (results/parity_hf.json)"
-    )
-
-
-def show_parity(p):
-    """Print each variant's errors and plot them per row."""
-    import matplotlib.pyplot as plt
-
-    print(
-        f"the layer's update |ref - x| / |x| = {p['update_norm']:.2f} (parity is not the residual)"
-    )
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    for (name, v), st in zip(p["variants"].items(), ["o-", "s-", "^-"]):
-        print(
-            f"{name:<24} all rows {v['all']:.1e}   worst row {max(v['per_row']):.1e}   "
-            f"update (y - x) {v['update']:.1e}"
-        )
-        ax.plot(v["per_row"], st, ms=4, label=name)
-    ax.axhline(p["tolerance"], color="k", ls="--", lw=1, label=f"test tolerance {p['tolerance']}")
-    ax.axhline(np.finfo(np.float32).eps, color="grey", ls=":", lw=1, label="float32 eps")
-    ax.axvline(p["chunks"][0] - 0.5, color="grey", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel(f"row (position); decode steps right of the line at {p['chunks'][0]}")
-    ax.set_ylabel("rel. error vs transformers")
-    ax.set_title("golden layer vs transformers' Qwen3_5DecoderLayer, per row")
-    _legend(ax)
-    _caption(fig, f"torch {p['torch']}, transformers {p['transformers']}, {p['date']}")
 
 
 # ---- the mid-size layer -----------------------------------------------------------------------
@@ -333,8 +171,8 @@ def show_golden_stages(us, T, kind):
     ax.invert_yaxis()
     ax.set_xlabel("ms (best of the steps)")
     ax.set_title(f"golden decode step on this CPU, T = {T}, {kind} cache")
-    _legend(ax)
-    _caption(fig, "golden model, timed on this machine just now")
+    side_legend(ax)
+    caption(fig, "golden model, timed on this machine just now")
 
 
 # ---- bytes of a GPU step ------------------------------------------------------------------------
@@ -412,8 +250,8 @@ def plot_gpu_steps(recs):
     axs[1].set_ylabel("µs per step")
     axs[1].set_title("the whole step three ways")
     for ax in axs:
-        _legend(ax)
-    _caption(fig, recs.source)
+        side_legend(ax)
+    caption(fig, recs.source)
 
 
 def print_step_times(recs):
@@ -532,8 +370,8 @@ def plot_q8_costs(w_err, wq_err, T, n_dec):
     ax.set_yscale("log")
     ax.set_ylabel("rel. error vs f32/f32")
     ax.set_title(f"what q8 costs, {n_dec} decode steps after a {T}-token prefill")
-    _legend(ax)
-    _caption(fig, "golden model on this machine")
+    side_legend(ax)
+    caption(fig, "golden model on this machine")
 
 
 def recorded_layer_errors(recs):
@@ -560,8 +398,8 @@ def plot_gpu_errors(err, source, what):
     ax.set_xlabel("rel. error, GPU layer vs golden layer")
     ax.set_title(f"GPU layer against golden: {what}")
     ax.tick_params(axis="y", labelsize=8)
-    _legend(ax)
-    _caption(fig, source)
+    side_legend(ax)
+    caption(fig, source)
 
 
 def q8_gains(grecs):
@@ -612,20 +450,3 @@ def take_away(recs, grecs):
     if gains:
         ratios = [f / q for f, q, _ in gains.values()]
         print(f"q8 weights against f32: the GEMV {min(ratios):.1f}-{max(ratios):.1f}x faster")
-
-
-def write_parity(path="results/parity_hf.json"):
-    """Run hf_parity() and record it at path, with the config transformers built and how to
-    redo it (`python -m qwenref.lessons.layer`)."""
-    p = hf_parity()
-    n_dec = len(p["chunks"]) - 1
-    p["how"] = (
-        "python -m qwenref.lessons.layer: lessons.layer.hf_parity() (theta 1e7, a prefill of "
-        f"{p['chunks'][0]} rows + {n_dec} decode steps), the run notebooks/08_layer.ipynb shows"
-    )
-    Path(path).write_text(json.dumps(p, indent=1) + "\n")
-    return p
-
-
-if __name__ == "__main__":
-    write_parity()
