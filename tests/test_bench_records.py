@@ -241,3 +241,8 @@ def test_code_match_counts_codes_and_scales_of_the_slots_compared():
     assert code_match(a, b, 0, 3) == 1.0
     b.v_store["q"][0, 2, 0] ^= 1  # one code of the last slot
     assert code_match(a, b, 0, 2) == 1.0 and 0.99 < code_match(a, b, 0, 3) < 1.0
+
+
+def test_floor_fields_share_of_the_floor_and_none_without_one():
+    assert records.floor_fields(20.0, 25.0) == {"floor_us": 20.0, "pct_of_floor": 80.0}
+    assert records.floor_fields(None, 25.0) == {}  # a floor whose graph capture failed

@@ -10,7 +10,7 @@ import numpy as np
 from .. import timing
 from .counting import bytes_attention, kv_bytes_per_token
 from .inputs import decode_shape, dense_cfg, fill_caches, host, randn
-from .records import rel_err
+from .records import floor_fields, rel_err
 from .tolerances import attention_tol
 
 __all__ = [
@@ -112,7 +112,7 @@ def case_attention(ctx, T, nb, kind, peer=True, calls_per_graph=8):
     med, iqr = ctx.time(lambda i: gpu.decode_attention(q, caches[i], base, out=out), nr)
     nbytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, kind, base)
     fl = timing.floor_us(nbytes, ctx.n_rot(nbytes), ctx.batches, graph_calls=calls_per_graph)
-    extra = {"iqr_us": iqr, **_floor_fields(fl.us, med)}
+    extra = {"iqr_us": iqr, **floor_fields(fl.us, med)}
     if peer:
         p = sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, T, ("dense", T, nb))
         if p:
@@ -125,11 +125,6 @@ def case_attention(ctx, T, nb, kind, peer=True, calls_per_graph=8):
     attention_graph_run(ctx, caches, q, base, *graph)
     if kind == "q8" and nb == 1:
         floor_rows(ctx, T, nb, nbytes, fl, calls_per_graph)
-
-
-def _floor_fields(floor_us, us):
-    """A run's floor fields: the floor's time and the run's share of it (100: at the floor)."""
-    return {"floor_us": floor_us, "pct_of_floor": 100.0 * floor_us / us} if floor_us else {}
 
 
 def attention_graph_run(
@@ -157,7 +152,7 @@ def attention_graph_run(
     if g.mode != "graph":
         print(f"  (decode graph capture failed: {g.mode}; no graph run recorded)")
         return
-    extra = _floor_fields(floor_us, g.us)
+    extra = floor_fields(floor_us, g.us)
     if peer:
         dims = (q.shape[0], shape["nh"], shape["nkv"], shape["head_dim"], shape["T"])
         p = sdpa_peer(ctx, *dims, ("dense", shape["T"], q.shape[0]), graph_calls=calls_per_graph)

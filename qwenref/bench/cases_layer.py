@@ -9,7 +9,7 @@ import numpy as np
 from .. import timing
 from .counting import layer_stage_bytes
 from .inputs import decode_shape, dense_cfg, fill_caches, host, qwen_cfg, randn, random_weights
-from .records import code_match, rel_err
+from .records import code_match, floor_fields, rel_err
 from .tolerances import TOL_LAYER
 
 __all__ = ["case_layer", "selection_match"]
@@ -38,8 +38,8 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8", dense=False):
     wb = layer.weight_bytes()
     pre = "dense " if dense else ""  # the kernel names of notebook 08's rows stay its own
     for nb in nbs:
-        R, budget = c.indexer_compress_ratio, c.indexer_budget
-        base_shape = decode_shape(T, nb, c, kind, weights=weight_format, R=R, budget=budget)
+        qsa = {"R": c.indexer_compress_ratio, "budget": c.indexer_budget} if c.has_indexer else {}
+        base_shape = decode_shape(T, nb, c, kind, weights=weight_format, **qsa)
         x = randn(cp, (nb, c.hidden_size), outliers=False)
         # validate one eager step against the golden layer on the same cache contents
         base = len(cache)
@@ -78,8 +78,7 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8", dense=False):
         gerr = rel_err(host(g.out), glayer.forward(host(x), base, gc))
         med = timing.graph_us(g, batches=max(10, reps), per_batch=10, warmup=5).us
         fl = timing.floor_us(sb["total"], ctx.n_rot(sb["total"]), ctx.batches, graph_calls=10)
-        floor = {"floor_us": fl.graph_us, "pct_of_floor": 100.0 * fl.graph_us / med}
-        extra = {"weight_bytes": wb, **(floor if fl.graph_us else {})}
+        extra = {"weight_bytes": wb, **floor_fields(fl.graph_us, med)}
         kname = f"{pre}step graph replay"
         ctx.record("layer", kname, base_shape, med, sb["total"], gerr, TOL_LAYER, **extra)
         del g

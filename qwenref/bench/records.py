@@ -21,6 +21,7 @@ __all__ = [
     "rel_err",
     "sample_pairs",
     "make_run",
+    "floor_fields",
     "code_match",
     "error_run",
     "validate_doc",
@@ -102,6 +103,12 @@ def make_run(
     )
     run.update(extra)
     return run
+
+
+def floor_fields(floor_us, us):
+    """A run's floor fields: the read floor's time at its bytes and the run's share of it (100:
+    at the floor); none when the floor was not measured (floor_us None)."""
+    return {"floor_us": floor_us, "pct_of_floor": 100.0 * floor_us / us} if floor_us else {}
 
 
 def error_run(stage, kernel, shape, exc):
