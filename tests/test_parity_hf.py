@@ -253,7 +253,7 @@ def test_the_notebooks_parity_run_matches_its_record():
     rec = json.loads((Path(__file__).parent.parent / "results" / "parity_hf.json").read_text())
     assert set(p) | {"how"} == set(rec)
     assert p["variants"]["f32 weights, f32 cache"]["all"] < p["tolerance"]
-    # the q8 variants' errors are the quantizers' (~2e-3), fixed by the seed: they must agree;
+    # the q8 variants' errors are the quantizers' (~2e-3), the same for the same random draws;
     # the f32 one is float32 rounding, which another BLAS may move by tens of percent
     for name, v in rec["variants"].items():
         if "q8" in name:

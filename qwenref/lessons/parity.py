@@ -171,16 +171,18 @@ def show_parity(p):
     caption(fig, f"torch {p['torch']}, transformers {p['transformers']}, {p['date']}")
 
 
-def write_parity(path="results/parity_hf.json"):
-    """Run hf_parity() and record it at path, with the config transformers built and how to
-    redo it (`python -m qwenref.lessons.parity`)."""
+def write_parity(path=None):
+    """Run hf_parity() and record it at path (default: the repository's
+    results/parity_hf.json, wherever this is run from), with how to redo it."""
     p = hf_parity()
     n_dec = len(p["chunks"]) - 1
     p["how"] = (
         "python -m qwenref.lessons.parity: hf_parity() (theta 1e7, a prefill of "
         f"{p['chunks'][0]} rows + {n_dec} decode steps), the run notebooks/08_layer.ipynb shows"
     )
-    Path(path).write_text(json.dumps(p, indent=1) + "\n")
+    repo = Path(__file__).resolve().parents[2]
+    path = Path(path) if path else repo / "results" / "parity_hf.json"
+    path.write_text(json.dumps(p, indent=1) + "\n")
     return p
 
 
