@@ -6,6 +6,8 @@
 // options: the wrapper compiles one partials module per (hd, n_rep), and the defaults are the
 // Qwen3.5-27B layer, so a plain `nvcc -c` builds the hot configuration. The combine reads
 // neither (hd and S are its arguments) and is compiled without options.
+#ifndef QWENREF_ATTENTION_CUH
+#define QWENREF_ATTENTION_CUH
 
 #ifndef ATTN_HD
 #define ATTN_HD 256
@@ -63,3 +65,5 @@ static_assert(NREP >= 1 && NREP <= 32, "ATTN_NREP must be 1..32");
 }
 
 }  // namespace
+
+#endif  // QWENREF_ATTENTION_CUH

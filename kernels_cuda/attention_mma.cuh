@@ -5,6 +5,8 @@
 // 79,152 to 108,688 B at hd 256), and the int8 -> fp16 conversions of the K and V operands.
 // attention_mma.cu includes it inside its guard (hd 128 / 256, MMA_NW dividing hd / 32), after
 // setting MMA_NW's default.
+#ifndef QWENREF_ATTENTION_MMA_CUH
+#define QWENREF_ATTENTION_MMA_CUH
 
 #include <cuda_fp16.h>
 
@@ -84,3 +86,5 @@ __device__ __forceinline__ unsigned i8x2_to_h2_scaled(unsigned xb, unsigned sel,
 }
 
 }  // namespace mma_attn
+
+#endif  // QWENREF_ATTENTION_MMA_CUH

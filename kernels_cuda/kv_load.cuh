@@ -9,6 +9,8 @@
 // Each is bit-exact with golden's dequantization (an int8 or a half-integer level times a half
 // scale fits float32's 24 bits). One scalar load per value (plus the scale): the plain form, for
 // the v0 kernels; the fast kernels load whole groups instead. load_kv<KIND> picks by kind code.
+#ifndef QWENREF_KV_LOAD_CUH
+#define QWENREF_KV_LOAD_CUH
 
 #include <cuda_fp16.h>
 
@@ -78,3 +80,5 @@ __device__ __forceinline__ float load_kv(const KvSide& s, int g, int t, int d) {
     else
         return load_turbo<KIND - 10>(s, g, t, d);
 }
+
+#endif  // QWENREF_KV_LOAD_CUH

@@ -2,6 +2,8 @@
 // cp.async copies global -> shared, ldmatrix (plain and transposed), mma.sync m16n8k16 with fp16
 // operands and fp32 accumulation, ex2.approx, and fp16x2 packing. Warp-level sm_80+ PTX; the
 // caller keeps the operand layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16").
+#ifndef QWENREF_MMA_PTX_CUH
+#define QWENREF_MMA_PTX_CUH
 
 #include <cuda_fp16.h>
 
@@ -59,3 +61,5 @@ __device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
 }
 
 }  // namespace mma_attn
+
+#endif  // QWENREF_MMA_PTX_CUH
