@@ -1,10 +1,9 @@
 // attention_mma.cuh — what the tensor-core partials of attention_mma.cu are built from: their
 // compile-time configuration (Cfg: warps, pipeline stages, score-loop unroll; knobs -DMMA_NW,
 // -DMMA_NSTAGE, -DMMA_UNROLL_G), their one dynamic shared-memory layout (Lay: its BYTES are what
-// qwenref/gpu/attention_plan.py mma_smem_bytes mirrors and what a block must be let opt into,
-// 79,152 to 108,688 B at hd 256), and the int8 -> fp16 conversions of the K and V operands.
-// attention_mma.cu includes it inside its guard (hd 128 / 256, MMA_NW dividing hd / 32), after
-// setting MMA_NW's default.
+// qwenref/gpu/attention_plan.py mma_smem_bytes mirrors and what a block must be let opt into),
+// and the int8 -> fp16 conversions of the q8 K and V operands. attention_mma.cu includes it
+// inside its guard (hd 128 / 256, MMA_NW dividing hd / 32), after setting MMA_NW's default.
 #ifndef QWENREF_ATTENTION_MMA_CUH
 #define QWENREF_ATTENTION_MMA_CUH
 
@@ -22,14 +21,14 @@
 
 namespace mma_attn {
 
-constexpr int NG = HD / 32;   // q8 groups per token
-constexpr int NCH = HD / 16;  // 16-byte chunks per token row
+constexpr int NG = HD / 32;   // 32-dim units per token (q8 groups, score-loop steps, P.V units)
+constexpr int NCH = HD / 16;  // 16-dim k-steps per token (q fragments)
 static_assert(HD == 128 || HD == 256, "mma kernel: head_dim 128 or 256");
 
 // Warps per CTA (default 4) and pipeline stages. Two CTAs per SM (8 warps, two per scheduler) is
-// what keeps the tensor-core loop issuing, so every NT8 takes 2 stages: at hd 256 NT8 = 3 needs
-// 98,160 B and NT8 = 4 108,688 B, under the 115,712 B that two CTAs may each take (NT8 = 4 at one
-// CTA with 3 stages is slower than at two with 2). docs/tuning-log.md has the measurements.
+// what keeps the q8 tensor-core loop issuing, so every NT8 takes 2 stages: at hd 256 NT8 = 3
+// needs 98,160 B and NT8 = 4 108,688 B, under the 115,712 B that two CTAs may each take (NT8 = 4
+// at one CTA with 3 stages is slower than at two with 2). docs/tuning-log.md has the measurements.
 template <int NT8>
 struct Cfg {
     static constexpr int NW = MMA_NW > 0 ? MMA_NW : 4;
@@ -37,30 +36,32 @@ struct Cfg {
     static_assert(NST >= 2 && NST <= 4, "MMA_NSTAGE must be 2..4");
     static constexpr int NT = NW * 32;
     static constexpr int BT = 16 * NW;   // tokens per pipeline block
-    static constexpr int GPW = NG / NW;  // groups per warp in P.V
+    static constexpr int GPW = NG / NW;  // 32-dim units per warp in P.V
     static_assert(NG % NW == 0 && GPW >= 1, "mma kernel: hd/32 must be a multiple of MMA_NW");
-    // score loop over groups: unrolled fully (the HMMA chains of several groups interleave),
+    // score loop over units: unrolled fully (the HMMA chains of several units interleave),
     // except at NT8 = 4, which would spill at 255 registers
     static constexpr int UG = MMA_UNROLL_G > 0 ? MMA_UNROLL_G : (NT8 >= 4 ? 2 : NG);
-    // the group of a warp's idx-th P.V group
+    // the unit of a warp's idx-th P.V unit
     static __device__ __forceinline__ int group(int warp, int idx) { return warp * GPW + idx; }
 };
 
 // All of a CTA's shared memory is this one dynamic layout. Keep it so: a 16-byte static
 // __shared__ array beside it (a ticket ring) makes every mma kernel markedly slower by moving
 // where the dynamic part starts; as a slot here it costs nothing (docs/tuning-log.md).
-template <int NT8>
+// KL, VL: the K and V tile loaders (kv_tile.cuh): their row strides and scales per token.
+template <class KL, class VL, int NT8>
 struct Lay {
     static constexpr int NW = Cfg<NT8>::NW, BT = Cfg<NT8>::BT, NST = Cfg<NT8>::NST;
     static constexpr int NCOL = 8 * NT8;
     static constexpr int PST = 8 * ((NT8 % 2) ? NT8 : NT8 + 1);  // P row stride (halves)
+    static constexpr int NP = VL::BF16 ? 2 : 1;                  // P planes: bf16 hi + lo
     static constexpr int K_OFF = 0;
-    static constexpr int V_OFF = K_OFF + NST * BT * HD;
-    static constexpr int DK_OFF = V_OFF + NST * BT * HD;
-    static constexpr int DV_OFF = DK_OFF + NST * BT * NG * 2;
-    static constexpr int Q_OFF = DV_OFF + NST * BT * NG * 2;
+    static constexpr int V_OFF = K_OFF + NST * BT * KL::RL::RS;
+    static constexpr int DK_OFF = V_OFF + NST * BT * VL::RL::RS;
+    static constexpr int DV_OFF = DK_OFF + NST * BT * KL::SC * 2;
+    static constexpr int Q_OFF = DV_OFF + NST * BT * VL::SC * 2;
     static constexpr int P_OFF = Q_OFF + NCH * NT8 * 32 * 16;
-    static constexpr int RED_OFF = P_OFF + BT * PST * 2;
+    static constexpr int RED_OFF = P_OFF + NP * BT * PST * 2;
     static constexpr int L_OFF = RED_OFF + NCOL * NW * 4;
     static constexpr int M_OFF = L_OFF + NCOL * NW * 4;
     static constexpr int QMAX_OFF = M_OFF + NCOL * 4;

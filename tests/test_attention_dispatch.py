@@ -15,6 +15,7 @@ import qwenref
 from qwenref import golden
 from qwenref.gpu import attention as A
 from qwenref.gpu._runtime import kernel_source
+from qwenref.layout import side_kinds
 
 
 def _module_src(module):
@@ -39,22 +40,39 @@ def cache(n_rep, kind="q8", hd=256):
 
 
 @pytest.mark.parametrize(
-    "nb,n_rep,sel,name",
+    "nb,n_rep,sel,kind,name",
     [
-        (1, 6, False, "attn_partials_q8_mma_n1"),
-        (4, 6, False, "attn_partials_q8_mma_n3"),
-        (5, 6, False, "attn_partials_q8_mma_n4"),
-        (1, 8, False, "attn_partials_q8_mma_n1"),
-        (1, 6, True, "attn_partials_q8_mma_sel_n1"),
-        (1, 2, True, "attn_partials_q8_mma_sel_n1"),
+        (1, 6, False, "q8", "attn_partials_q8_mma_n1"),
+        (4, 6, False, "q8", "attn_partials_q8_mma_n3"),
+        (5, 6, False, "q8", "attn_partials_q8_mma_n4"),
+        (1, 8, False, "bf16", "attn_partials_bf16_mma_n1"),
+        (1, 6, True, "turbo4", "attn_partials_turbo4_mma_sel_n1"),
+        (1, 2, True, "bf16k-turbo2v", "attn_partials_bf16_turbo2_mma_sel_n1"),
+        (3, 6, False, "turbo3", "attn_partials_turbo3_mma_n3"),
     ],
 )
-def test_mma_kernel_name(nb, n_rep, sel, name):
-    assert A.mma_kernel_name(nb, n_rep, sel) == name
-    # the mma module declares it: ATTN_PARTIALS_MMA(<suffix>, ...) makes
-    # attn_partials_q8_mma_<suffix>
-    suffix = name[len("attn_partials_q8_mma_") :]
-    assert re.search(rf"^ATTN_PARTIALS_MMA\({suffix},", SRC_MMA, re.M), name
+def test_mma_kernel_name(nb, n_rep, sel, kind, name):
+    assert A.mma_kernel_name(nb, n_rep, sel, kind) == name
+    # the mma module declares it: ATTN_PARTIALS_MMA_KIND(<kind>, ...) makes
+    # attn_partials_<kind>_mma_<suffix> for each ATTN_PARTIALS_MMA(KIND, KL, VL, <suffix>, ...)
+    sfx = A.MMA_KINDS[side_kinds(kind)]
+    suffix = name[len(f"attn_partials_{sfx}_mma_") :]
+    assert re.search(rf"^ATTN_PARTIALS_MMA_KIND\({sfx},", SRC_MMA, re.M), name
+    assert re.search(rf"ATTN_PARTIALS_MMA\(KIND, KL, VL, {suffix},", SRC_MMA), name
+
+
+def test_every_mma_kind_is_built_and_selectable():
+    """Each kind the plan can pick has its ATTN_PARTIALS_MMA_KIND line behind its own -D flag,
+    and the flag is among the ones that make the module build one kind alone."""
+    for pair, sfx in A.MMA_KINDS.items():
+        flag = f"MMA_KIND_{sfx}"
+        assert re.search(
+            rf"^#if !defined\(MMA_ONE_KIND\) \|\| defined\({flag}\)\n"
+            rf"ATTN_PARTIALS_MMA_KIND\({sfx},",
+            SRC_MMA,
+            re.M,
+        ), sfx
+        assert f"defined({flag})" in SRC_MMA.split("#define MMA_ONE_KIND")[0], sfx
 
 
 def test_each_module_holds_what_the_wrapper_loads_from_it():
@@ -69,7 +87,8 @@ def test_each_module_holds_what_the_wrapper_loads_from_it():
         return re.findall(r'extern "C"\s+__global__\s+void\s+(\w+)\s*\(', code)
 
     assert literal_kernels(_module_src(A.COMBINE_MODULE)) == [A.COMBINE_KERNEL]
-    assert literal_kernels(SRC_MMA) == ["attn_mma_smem_bytes"]  # the rest: ATTN_PARTIALS_MMA
+    assert literal_kernels(SRC_MMA) == []  # all by ATTN_PARTIALS_MMA_KIND
+    assert "void attn_mma_smem_bytes_##KIND(" in SRC_MMA
     assert literal_kernels(SRC_V1) == []  # all by ATTN_PARTIALS
     assert not re.search(r"^ATTN_PARTIALS\(", SRC_MMA, re.M)
     assert not re.search(r"^ATTN_PARTIALS_MMA\(", SRC_V1, re.M)
@@ -107,12 +126,15 @@ def test_choose_impl(nb, n_rep, selective, sparse_v, want):
         A.mma_kernel_name(nb, n_rep, selective)
 
 
-def test_choose_impl_other_kinds_and_forcing():
-    assert A.choose_impl(cache(6, kind="bf16"), 1) == "v1"
-    assert A.choose_impl(cache(6, hd=64), 1) == "v1"
-    assert A.choose_impl(cache(6), 1, impl="v1") == "v1"
-    with pytest.raises(ValueError, match="impl='mma' does not apply"):
-        A.choose_impl(cache(6, kind="bf16"), 1, impl="mma")
+@pytest.mark.parametrize("kind", golden.CACHE_KINDS)
+def test_choose_impl_other_kinds_and_forcing(kind):
+    """Every kind but f32 has tensor-core partials at hd 128 / 256; hd 64 runs v1."""
+    assert A.choose_impl(cache(6, kind=kind), 1) == ("v1" if kind == "f32" else "mma")
+    assert A.choose_impl(cache(6, kind=kind, hd=64), 1) == "v1"
+    assert A.choose_impl(cache(6, kind=kind), 1, impl="v1") == "v1"
+    if kind == "f32":
+        with pytest.raises(ValueError, match="impl='mma' does not apply"):
+            A.choose_impl(cache(6, kind=kind), 1, impl="mma")
 
 
 # ---- rungs: v0 (attention_v0.cu), v1, mma ------------------------------------------------------
@@ -150,7 +172,9 @@ def test_every_kind_has_a_kernel_on_each_rung(kind):
         (None, {"kind": "q8", "nb": 6, "n_rep": 6}, "attn_partials_q8_q8"),
         (None, {"kind": "q8", "sparse_v": 1e-3}, "attn_partials_q8_q8"),
         (None, {"kind": "q8", "hd": 64}, "attn_partials_q8_q8"),
-        (None, {"kind": "turbo4"}, "attn_partials_turbo4_turbo4"),
+        (None, {"kind": "turbo4"}, "attn_partials_turbo4_mma_n1"),
+        (None, {"kind": "turbo4", "sparse_v": 1e-3}, "attn_partials_turbo4_turbo4"),
+        (None, {"kind": "f32"}, "attn_partials_f32_f32"),
     ],
 )
 def test_rung_kernel(impl, shape, name):
@@ -165,7 +189,7 @@ def test_rung_kernel_refuses():
     with pytest.raises(ValueError, match="kind"):
         A.rung_kernel("attention", "v0", kind="q4")
     with pytest.raises(ValueError, match="impl='mma' does not apply"):
-        A.rung_kernel("attention", "mma", kind="bf16")
+        A.rung_kernel("attention", "mma", kind="f32")
 
 
 def test_bad_impl_is_refused_before_anything_runs():
@@ -214,10 +238,13 @@ PLAN_CASES = [
     ("q8", 2, 6, 256, 0.0, True, "v1", "selective rows"),
     ("q8", 1, 12, 256, 0.0, True, "v1", "selective rows"),
     ("q8", 2, 2, 128, 0.0, True, "v1", "selective rows"),  # one tile, two token lists
-    ("bf16", 1, 6, 256, 0.0, False, "v1", "(bf16, bf16) are not q8/q8"),
-    ("turbo4", 1, 6, 256, 0.0, False, "v1", "not q8/q8"),
-    ("bf16k-turbo3v", 1, 6, 256, 0.0, True, "v1", "(bf16, turbo3) are not q8/q8"),
-    ("f32", 9, 6, 64, 1e-3, True, "v1", "not q8/q8"),  # the first reason is given
+    ("bf16", 1, 6, 256, 0.0, False, "mma", None),
+    ("turbo4", 4, 6, 256, 0.0, False, "mma", None),
+    ("turbo2", 1, 6, 128, 0.0, True, "mma", None),
+    ("bf16k-turbo3v", 1, 6, 256, 0.0, True, "mma", None),
+    ("turbo3", 1, 6, 256, 1e-3, False, "v1", "sparse_v > 0"),
+    ("f32", 1, 6, 256, 0.0, False, "v1", "(f32, f32) have no tensor-core kernel"),
+    ("f32", 9, 6, 64, 1e-3, True, "v1", "no tensor-core kernel"),  # the first reason is given
 ]
 
 
@@ -264,15 +291,17 @@ def test_plan_fields_per_rung(kind):
     v1 = A.plan_rung(c, 3, impl="v1")
     assert (v1.rung, v1.kernel, v1.combine) == ("v1", f"attn_partials_{pair}", "attn_combine")
     assert (v1.threads, v1.smem, v1.options, v1.tol) == (128, 0, (), A.TOL_ATTN)
-    if kind == "q8":
+    if kind != "f32":
         mma = A.plan_rung(c, 3)
+        sfx = A.MMA_KINDS[side_kinds(kind)]
         assert (mma.rung, mma.kernel, mma.combine) == (
             "mma",
-            "attn_partials_q8_mma_n3",
+            f"attn_partials_{sfx}_mma_n3",
             "attn_combine",
         )
         assert (mma.threads, mma.tol, mma.why) == (128, A.TOL_ATTN_MMA, None)
-        assert mma.smem == A.mma_smem_bytes(256, 3) > 48 * 1024  # needs the opt-in
+        assert mma.options == (f"-DMMA_KIND_{sfx}",)  # one module per kind
+        assert mma.smem == A.mma_smem_bytes(256, 3, kind=kind) > 48 * 1024  # needs the opt-in
     else:
         with pytest.raises(ValueError, match="impl='mma' does not apply"):
             A.plan_rung(c, 3, impl="mma")
@@ -297,11 +326,16 @@ def test_plan_tol_per_rung():
 def test_plan_options_shape_and_tuning():
     """options: the shape's -D's (none at the .cu's default hd 256, n_rep 6), then the
     caller's; MMA_NW / MMA_NSTAGE / ATTN_NWARP among them change threads and smem to match."""
-    assert A.plan_rung(cache(6), 1).options == ()
-    assert A.plan_rung(cache(2, hd=128), 1).options == ("-DATTN_HD=128", "-DATTN_NREP=2")
+    assert A.plan_rung(cache(6), 1).options == ("-DMMA_KIND_q8",)
+    assert A.plan_rung(cache(6), 1, impl="v1").options == ()
+    assert A.plan_rung(cache(2, hd=128), 1).options == (
+        "-DATTN_HD=128",
+        "-DATTN_NREP=2",
+        "-DMMA_KIND_q8",
+    )
     assert A.plan_rung(cache(6, hd=64), 1, impl="v0").options == ("-DATTN_V0_HD=64",)
     nw8 = A.plan_rung(cache(6), 1, options=("-DMMA_NW=8", "-DMMA_NSTAGE=3"))
-    assert nw8.options == ("-DMMA_NW=8", "-DMMA_NSTAGE=3")
+    assert nw8.options == ("-DMMA_KIND_q8", "-DMMA_NW=8", "-DMMA_NSTAGE=3")
     assert nw8.threads == 256
     assert nw8.smem == A.mma_smem_bytes(256, 1, nw8.options) > A.plan_rung(cache(6), 1).smem
     assert A.plan_rung(cache(6), 1, impl="v1", options=["-DATTN_NWARP=2"]).threads == 64
@@ -366,6 +400,12 @@ def test_mma_smem_bytes():
     assert [A.mma_smem_bytes(256, n) for n in (1, 2, 3, 4)] == [79152, 89680, 98160, 108688]
     assert [A.mma_smem_bytes(128, n) for n in (1, 2, 3, 4)] == [40240, 46672, 51056, 57488]
     assert A.mma_smem_bytes(256, 1, ("-DMMA_NW=8", "-DMMA_NSTAGE=3")) == 219712
+    # other kinds (kv_tile.cuh's rows): bf16 stages 2 * 64 * (512 + 512) B and two P planes;
+    # turbo4 rows of 128 B (8 chunks, swizzled) and 16 scales; turbo2 rows of 64 B padded to 80
+    assert A.mma_smem_bytes(256, 1, kind="bf16") == 131072 + 8192 + 2 * 1024 + 304
+    assert A.mma_smem_bytes(256, 1, kind="turbo4") == 32768 + 8192 + 8192 + 1024 + 304
+    assert A.mma_smem_bytes(256, 1, kind="turbo2") == 20480 + 8192 + 8192 + 1024 + 304
+    assert A.mma_smem_bytes(256, 1, kind="bf16k-turbo4v") == 81920 + 4096 + 8192 + 1024 + 304
 
 
 def test_plan_falls_back_to_v1_where_shared_memory_is_short():
@@ -390,8 +430,11 @@ def test_plan_falls_back_to_v1_where_shared_memory_is_short():
     # asked for, the mma rung that does not fit is an error that says why
     with pytest.raises(ValueError, match="impl='mma' does not apply: the mma kernel needs 108688"):
         A.plan_rung(c, 5, impl="mma", max_smem=OPTIN_SM86)
-    # the other reasons come first: the shared memory is only asked of q8/q8 shapes that fit
-    assert "not q8/q8" in A.plan_rung(cache(6, kind="bf16"), 5, max_smem=0).why
+    # bf16 at hd 256 (141,616 B at one tile) does not fit sm_86's opt-in; turbo4 does
+    assert A.plan_rung(cache(6, kind="bf16"), 1, max_smem=OPTIN_SM86).rung == "v1"
+    assert A.plan_rung(cache(6, kind="turbo4"), 1, max_smem=OPTIN_SM86).rung == "mma"
+    # the other reasons come first: the shared memory is only asked of shapes that fit
+    assert "no tensor-core kernel" in A.plan_rung(cache(6, kind="f32"), 5, max_smem=0).why
     assert "nb * n_rep = 36" in A.plan_rung(c, 6, max_smem=0).why
     # choose_impl and plan read the same rule; with max_smem and n_splits given, no GPU
     assert A.choose_impl(c, 5, max_smem=OPTIN_SM86) == "v1"
@@ -438,6 +481,8 @@ def test_split_counts_read_the_device_limits():
         (lambda: A.mma_smem_bytes(256, 1.0), TypeError, "nt8"),
         (lambda: A.mma_smem_bytes(256, 1, "-DMMA_NW=8"), TypeError, "options"),
         (lambda: A.mma_kernel_name(6, 6), ValueError, "nb \\* n_rep"),
+        (lambda: A.mma_kernel_name(1, 6, kind="f32"), ValueError, "kind"),
+        (lambda: A.mma_smem_bytes(256, 1, kind="f16"), ValueError, "kind"),
         (lambda: A.mma_kernel_name(0, 6), ValueError, "nb"),
         (lambda: A.mma_kernel_name(1, 6, selective=1), TypeError, "selective"),
         (lambda: A.plan_rung(None, 1), TypeError, "cache"),

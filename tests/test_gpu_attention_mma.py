@@ -386,7 +386,7 @@ def test_smem_layout_matches_kernel(cp, gpu, hd, tuned):
     assert plans[0].threads == (256 if tuned and hd == 256 else 128)
     assert len({p.options for p in plans}) == 1  # one module holds all four
     out = cp.zeros(4, np.int32)
-    kernel("attention_mma", "attn_mma_smem_bytes", plans[0].options)((1,), (1,), (out,))
+    kernel("attention_mma", "attn_mma_smem_bytes_q8", plans[0].options)((1,), (1,), (out,))
     assert cp.asnumpy(out).tolist() == [p.smem for p in plans]
 
 

@@ -337,11 +337,12 @@ def _decode_inputs(ctx, c, T, nb, kind):
 V0_MAX_T = 32768  # v0 reads every token in one warp per head: ~0.4 s a call at 128k
 
 
-def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4")):
+def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4", "turbo2")):
     """Dense decode at T tokens on each rung (v0 one warp per (row, head) over all tokens, up
-    to V0_MAX_T; v1 split-T on CUDA cores; mma tensor cores where the cache is q8)."""
+    to V0_MAX_T; v1 split-T on CUDA cores; mma tensor cores for every kind that has them)."""
     from .. import gpu
-    from ..gpu.attention import choose_impl
+    from ..gpu.attention import MMA_KINDS, choose_impl
+    from ..layout import side_kinds
 
     cp = ctx.cp
     c = dense_cfg()
@@ -353,7 +354,8 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4")):
             out.fill(cp.nan)
             return host(gpu.decode_attention(q, caches[0], base, out=out, impl=impl))
 
-        impls = (("v0",) if T <= V0_MAX_T else ()) + (("v1", "mma") if kind == "q8" else ("v1",))
+        on_tc = side_kinds(kind) in MMA_KINDS
+        impls = (("v0",) if T <= V0_MAX_T else ()) + (("v1", "mma") if on_tc else ("v1",))
         shape = decode_shape(T, nb, c, kind)
         ladder_runs(
             ctx,

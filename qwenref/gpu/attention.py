@@ -240,7 +240,7 @@ def _launch_partials(c, cfg, m, l, o):
         q = c.q if c.q.data.ptr % 16 == 0 else c.q.copy()
         rows = (np.int32(c.max_t), np.int32(c.base_pos), np.int32(c.nb))
         sel = (_ptr(c.sel_idx), _ptr(c.sel_n), np.int32(c.width))
-        args = (q, c.kd, c.ks, c.vd, c.vs, *rows, *sel, qscale, m, l, o)
+        args = (q, c.kd, _ptr(c.ks), c.vd, _ptr(c.vs), *rows, *sel, qscale, m, l, o)
         kern((cfg.nkv, S), (p.threads,), args, shared_mem=p.smem)
         return
     kv = (c.kd, _ptr(c.ks), c.vd, _ptr(c.vs))

@@ -7,15 +7,17 @@ everything here is importable from there too).
 
 Rungs (RUNGS["attention"], impl=): "v0" (kernels_cuda/attention_v0.cu, one warp per (row, q
 head), one pass, no partials), "v1" (attention_v1.cu: float32 split-T partials on CUDA cores,
-every cache kind pair) and "mma" (attention_mma.cu: q8/q8 partials on tensor cores). impl=None
-takes "mma" where it applies and "v1" otherwise, and says why in p.why.
+every cache kind pair) and "mma" (attention_mma.cu: partials on tensor cores for every kind but
+f32, one module per kind: MMA_KINDS). impl=None takes "mma" where it applies and "v1"
+otherwise, and says why in p.why.
 
 Shared memory. The mma kernels keep K/V stages, scales, q and P in one dynamic shared-memory
-layout (mma_smem_bytes: 40 to 109 KB). A block may opt into at most
-cudaDevAttrMaxSharedMemoryPerBlockOptin bytes (sm_80 163 KiB, sm_86 / sm_89 99 KiB, sm_90 227
-KiB), so where a kernel needs more (hd 256 with nb * n_rep > 24 on sm_86 / sm_89), the plan
-takes v1 and says so. plan() asks the device for the limit (max_smem=None) when the mma rung is
-in question; plan_rung takes it as an argument (None: not checked), so it stays GPU-free.
+layout (mma_smem_bytes: 34 KB for turbo2 at hd 128 to 160 KB for bf16 at hd 256). A block may
+opt into at most cudaDevAttrMaxSharedMemoryPerBlockOptin bytes (sm_80 163 KiB, sm_86 / sm_89 99
+KiB, sm_90 227 KiB), so where a kernel needs more (bf16 at hd 256, or q8 with nb * n_rep > 24,
+on sm_86 / sm_89), the plan takes v1 and says so. plan() asks the device for the limit
+(max_smem=None) when the mma rung is in question; plan_rung takes it as an argument (None: not
+checked), so it stays GPU-free.
 
 The split count, the one part of a plan that needs the GPU beside the device's limit, fills one
 wave of CTAs (qwenref/gpu/attention_splits.py: auto_n_splits for v1, mma_n_splits).
@@ -28,7 +30,7 @@ import dataclasses
 from .._args import bool_arg as _bool_arg
 from .._args import int_arg as _int_arg
 from .._args import sparse_arg as _sparse_arg
-from ..layout import side_kinds
+from ..layout import side_kinds, turbo_bits
 from ._runtime import kernel
 from .attention_splits import (
     MAX_SPLITS,
@@ -58,6 +60,7 @@ __all__ = [
     "RUNGS",
     "DEFAULT_RUNG",
     "MMA_HEAD_DIMS",
+    "MMA_KINDS",
     "MMA_MAX_COLS",
     "KERNEL_MODULE",
     "COMBINE_KERNEL",
@@ -87,8 +90,15 @@ IMPLS = ("v0", "v1", "mma")  # impl= values (None = choose_impl); v0 has no part
 # ("mma" where it applies, else "v1"); v0 is never chosen, only asked for.
 RUNGS = {"attention": IMPLS}
 DEFAULT_RUNG = {"attention": None}
-MMA_HEAD_DIMS = (128, 256)  # attn_partials_q8_mma_n<NT8>: q8/q8, no sparse V, dense / nb 1
+MMA_HEAD_DIMS = (128, 256)  # attn_partials_<kind>_mma_n<NT8>: no sparse V, dense / nb 1
 MMA_MAX_COLS = 32  # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
+# (k side, v side) -> the mma kernels' <kind> (attention_mma.cu's ATTN_PARTIALS_MMA_KIND list):
+# a symmetric pair by its side kind, bf16 K with turbo V as in KIND_PAIRS; f32 has none
+MMA_KINDS = {
+    pair: (pair[0] if pair[0] == pair[1] else sfx)
+    for pair, sfx in KIND_PAIRS.items()
+    if pair != ("f32", "f32")
+}
 # the kernels_cuda module (NVRTC compiles each alone) of each rung's kernel, and the combine's;
 # a plan's options go to its rung's module, the combine's module takes none
 KERNEL_MODULE = {"v0": "attention_v0", "v1": "attention_v1", "mma": "attention_mma"}
@@ -138,6 +148,23 @@ def shape_options(hd, n_rep):
     return () if (hd, n_rep) == _DEFAULT_SHAPE else (f"-DATTN_HD={hd}", f"-DATTN_NREP={n_rep}")
 
 
+def _kind_of(k_side, v_side):
+    """The cache kind whose sides these are (layout.side_kinds' inverse)."""
+    if k_side == v_side:
+        return k_side
+    return f"{k_side}k-{v_side}v"
+
+
+def rung_shape_options(rung, hd, n_rep, kind):
+    """The options a rung's module takes before the caller's: v0 its head_dim, v1 the shape, mma
+    the shape and its kind (one module per kind)."""
+    if rung == "v0":
+        return v0_options(hd)
+    if rung == "v1":
+        return shape_options(hd, n_rep)
+    return shape_options(hd, n_rep) + mma_options(kind)
+
+
 def v0_options(hd):
     """-D options of attention_v0.cu's head_dim (its default is 256)."""
     return () if hd == 256 else (f"-DATTN_V0_HD={hd}",)
@@ -173,38 +200,68 @@ def _mma_nst(options):
     return _opt_value(options, "MMA_NSTAGE", 0) or 2
 
 
-def mma_smem_bytes(hd, nt8, options=()):
-    """Dynamic shared memory, in bytes, of attn_partials_q8_mma_n<nt8> at head_dim hd (the
-    selective kernel _sel_n1 has n1's), compiled with `options` (MMA_NW, MMA_NSTAGE change it).
-    Mirrors mma_attn::Lay in kernels_cuda/attention_mma.cuh; tests/test_gpu_attention_mma.py
-    checks it against the kernel's own attn_mma_smem_bytes. Needs no GPU."""
+def _side_tile(side, hd):
+    """(row stride in shared memory, scales per token) of one side's tile: mirrors the loaders
+    of kernels_cuda/kv_tile.cuh (RowLayout: 16-byte chunks, a multiple of 8 of them swizzled in
+    place, else padded to an odd count)."""
+    rowb = {"q8": hd, "bf16": 2 * hd}.get(side) or hd * turbo_bits(side) // 8
+    nch = rowb // 16
+    rs = 16 * (nch if nch % 8 == 0 else nch | 1)
+    return rs, {"q8": hd // 32, "bf16": 0}.get(side, hd // 16)
+
+
+def _mma_pair(kind):
+    """(k side, v side) of a cache kind that has mma kernels (ValueError otherwise)."""
+    pair = side_kinds(kind)
+    if pair not in MMA_KINDS:
+        raise ValueError(f"kind {kind!r} has no mma kernels (f32 runs on v1)")
+    return pair
+
+
+def mma_smem_bytes(hd, nt8, options=(), kind="q8"):
+    """Dynamic shared memory, in bytes, of attn_partials_<kind>_mma_n<nt8> at head_dim hd (the
+    selective kernel _sel_n1 has n1's) for a cache kind (layout.CACHE_KINDS), compiled with
+    `options` (MMA_NW, MMA_NSTAGE change it). Mirrors mma_attn::Lay in
+    kernels_cuda/attention_mma.cuh; tests/test_gpu_attention_mma.py checks it against the
+    kernel's own attn_mma_smem_bytes_<kind>. Needs no GPU."""
     if hd not in MMA_HEAD_DIMS:
         raise ValueError(f"hd must be one of {MMA_HEAD_DIMS} (the mma kernels'), got {hd!r}")
     nt8 = _int_arg("nt8", nt8, 1)
     if nt8 > MMA_MAX_COLS // 8:
         raise ValueError(f"nt8 must be in 1..{MMA_MAX_COLS // 8}, got {nt8}")
     options = options_arg(options)
+    k_side, v_side = _mma_pair(kind)
+    (krs, ksc), (vrs, vsc) = _side_tile(k_side, hd), _side_tile(v_side, hd)
     nw, nst = _mma_nw(options), _mma_nst(options)
-    bt, ng, nch, ncol = 16 * nw, hd // 32, hd // 16, 8 * nt8
+    bt, nch, ncol = 16 * nw, hd // 16, 8 * nt8
     pst = 8 * (nt8 if nt8 % 2 else nt8 + 1)
+    planes = 2 if v_side == "bf16" else 1
     return (
-        2 * nst * bt * hd  # K and V stages (int8)
-        + 2 * nst * bt * ng * 2  # d_k and d_v stages (fp16)
-        + nch * nt8 * 32 * 16  # q fragments (fp16 hi + lo)
-        + bt * pst * 2  # P (fp16)
+        nst * bt * (krs + vrs)  # K and V stages
+        + nst * bt * (ksc + vsc) * 2  # d_k and d_v stages (fp16)
+        + nch * nt8 * 32 * 16  # q fragments (hi + lo)
+        + planes * bt * pst * 2  # P (fp16, or bf16 hi and lo)
         + 2 * ncol * nw * 4  # warp maxima and warp l
         + ncol * 4  # running max
         + nw * 4  # q maxima
     )
 
 
-def mma_kernel_name(nb, n_rep, selective=False):
-    """The mma partials kernel for nb rows of n_rep heads: attn_partials_q8_mma_n<NT8> for dense
-    rows, NT8 = ceil(nb * n_rep / 8) <= 4; attn_partials_q8_mma_sel_n1 when the (single) row
-    may be selective. The selective path is a compile-time flag in attention_mma.cu, so dense
-    rows never pay for it."""
+def mma_options(kind):
+    """The -D option that builds one kind's mma kernels (attention_mma.cu builds every kind's
+    without it)."""
+    return (f"-DMMA_KIND_{MMA_KINDS[_mma_pair(kind)]}",)
+
+
+def mma_kernel_name(nb, n_rep, selective=False, kind="q8"):
+    """The mma partials kernel for nb rows of n_rep heads of a cache kind:
+    attn_partials_<kind>_mma_n<NT8> for dense rows, NT8 = ceil(nb * n_rep / 8) <= 4;
+    attn_partials_<kind>_mma_sel_n1 when the (single) row may be selective. The selective path
+    is a compile-time flag in attention_mma.cu, so dense rows never pay for it. <kind>: MMA_KINDS
+    of the cache kind's sides."""
     nb, n_rep = _int_arg("nb", nb, 1), _int_arg("n_rep", n_rep, 1)
     selective = _bool_arg("selective", selective)
+    sfx = MMA_KINDS[_mma_pair(kind)]
     if nb * n_rep > MMA_MAX_COLS:
         raise ValueError(
             f"nb * n_rep = {nb} * {n_rep} is over the mma kernels' {MMA_MAX_COLS} columns"
@@ -215,8 +272,8 @@ def mma_kernel_name(nb, n_rep, selective=False):
             raise ValueError(
                 f"the selective mma kernel takes one row of <= 8 heads, got nb={nb}, n_rep={n_rep}"
             )
-        return "attn_partials_q8_mma_sel_n1"
-    return f"attn_partials_q8_mma_n{nt8}"
+        return f"attn_partials_{sfx}_mma_sel_n1"
+    return f"attn_partials_{sfx}_mma_n{nt8}"
 
 
 # ---- the rung ---------------------------------------------------------------------------------
@@ -228,8 +285,8 @@ def check_impl(impl):
 
 def _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, max_smem):
     """None where the mma rung applies, else the first reason it does not."""
-    if (k_kind, v_kind) != ("q8", "q8"):
-        return f"cache kinds ({k_kind}, {v_kind}) are not q8/q8"
+    if (k_kind, v_kind) not in MMA_KINDS:
+        return f"cache kinds ({k_kind}, {v_kind}) have no tensor-core kernel"
     if hd not in MMA_HEAD_DIMS:
         return f"head_dim {hd} not in {MMA_HEAD_DIMS}"
     if nb * n_rep > MMA_MAX_COLS:
@@ -239,7 +296,7 @@ def _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, ma
         return "selective rows (sel_n given) take the mma kernel only for nb = 1, n_rep <= 8"
     if sparse_v > 0.0:
         return "sparse_v > 0 uses v1"
-    need = mma_smem_bytes(hd, -(-nb * n_rep // 8), options)
+    need = mma_smem_bytes(hd, -(-nb * n_rep // 8), options, _kind_of(k_kind, v_kind))
     if max_smem is not None and need > max_smem:
         return (
             f"the mma kernel needs {need} B of shared memory per block, more than the "
@@ -289,10 +346,10 @@ def _plan_shape(
             f"supported: {sorted(KIND_PAIRS)}"
         )
     rung, why = _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem)
+    kind = _kind_of(k_kind, v_kind)
+    opts = rung_shape_options(rung, hd, n_rep, kind) + options
     if rung == "v0":  # one warp per (row, q head)
-        v0 = v0_options(hd) + options
-        return AttentionPlan("v0", "attention_v0_" + pair, None, None, 32, 0, v0, TOL_ATTN, why)
-    opts = shape_options(hd, n_rep) + options
+        return AttentionPlan("v0", "attention_v0_" + pair, None, None, 32, 0, opts, TOL_ATTN, why)
     if rung == "v1":
         threads = 32 * _opt_value(opts, "ATTN_NWARP", V1_NWARP)
         kern = "attn_partials_" + pair
@@ -300,11 +357,11 @@ def _plan_shape(
     nt8 = -(-nb * n_rep // 8)
     return AttentionPlan(
         "mma",
-        mma_kernel_name(nb, n_rep, selective),
+        mma_kernel_name(nb, n_rep, selective, kind),
         COMBINE_KERNEL,
         None,
         32 * _mma_nw(opts),
-        mma_smem_bytes(hd, nt8, opts),
+        mma_smem_bytes(hd, nt8, opts, kind),
         opts,
         TOL_ATTN_MMA,
         None,
@@ -487,9 +544,8 @@ def call_plan(given, cache, nb, base_pos, sparse_v, selective, width, impl, n_sp
         p = _plan_rung_here(cache, nb, sparse_v, selective, impl, options, None)
         return _resolve_splits(p, cache, nb, base_pos, selective, width, n_splits)
     cfg = cache.cfg
-    shape = (
-        v0_options(cfg.head_dim) if given.rung == "v0" else shape_options(cfg.head_dim, cfg.n_rep)
-    )
+    kind = _kind_of(cache.k_kind, cache.v_kind)
+    shape = rung_shape_options(given.rung, cfg.head_dim, cfg.n_rep, kind)
     extra = tuple(given.options[len(shape) :])
     if tuple(given.options[: len(shape)]) != shape or (options and options_arg(options) != extra):
         raise ValueError(

@@ -1,0 +1,223 @@
+"""Tensor-core decode partials of every cache kind (attn_partials_<kind>_mma_* in
+kernels_cuda/attention_mma.cu, built from the tile loaders of kv_tile.cuh) against the golden
+model: bf16, turbo8/4/3/2, bf16 K with turbo V, and q8 through the same body.
+
+The cache is built by golden.KVCache.append and copied as stored into a gpu.KVCache, so both
+sides read identical bytes. References: golden.attn_partials per row over the row's visible
+tokens with the same n_splits (m, l, o), q rotated first where K is stored rotated, and
+attn_combine of those (out), inverse-rotated where V is.
+
+Tolerance, per kind, from what the kernel rounds (u16 = 2^-11 fp16, ub = 2^-8 bf16):
+  * K operands are exact (int8, bf16, and turbo codes as the half-integers c - (2^N - 1)/2 in
+    fp16); the scale multiplies an fp32 sum. q goes in as hi + lo: fp16 pairs carry ~22 bits
+    (a float32-level error, inside REL as for q8), bf16 pairs (bf16 K) |q - hi - lo| <= ub^2 |q|,
+    so a score moves by at most U_Q * sum_i |q_i k_i| * hd^-0.5 * log2(e) =: U_Q * sb, with
+    U_Q = ub^2. That moves m by <= U_Q sb and each weight 2^(s - m) by a relative <= 2 ln2 U_Q sb
+    (s and m each), hence l and o by the same relative amount of l and of golden's |V| partials.
+  * P.V: scaled V kinds round P = fp16(p 2^PS) and V' = fp16(code * d) once each: a term is off
+    by <= 2 u16 + u16^2 relative (U_PV, as q8). bf16 V is exact and P goes in as bf16 hi + lo:
+    <= ub^2 relative. So |o - o_ref| <= U_PV * (golden partials of |V|), and on out the same
+    through the combine; a rotated V's error passes the orthonormal inverse WHT, which spreads an
+    elementwise bound b to at most sum(b) / sqrt(hd) on every dim.
+A lost or doubled token, a wrong code, nibble, scale or column moves the output by ~p_t |v_t|,
+far over these bounds for the inputs here (scores of std ~1, a few hundred tokens or more).
+"""
+
+import numpy as np
+import pytest
+from gpu_checks import assert_partials_close
+
+import qwenref
+import qwenref.gpu.attention as gpu_attention
+from qwenref import golden
+from qwenref.layout import side_kinds
+
+pytestmark = pytest.mark.gpu
+
+REL = 2e-5  # float32-level part (as v1): scores, l, the combine
+U16, UB = 2.0**-11, 2.0**-8
+LN2 = np.log(2.0)
+KINDS = [k for k in golden.CACHE_KINDS if side_kinds(k) in gpu_attention.MMA_KINDS]
+
+
+def u_q(kind):
+    return UB * UB if side_kinds(kind)[0] == "bf16" else 0.0
+
+
+def u_pv(kind):
+    return UB * UB if side_kinds(kind)[1] == "bf16" else 2 * U16 + U16 * U16
+
+
+def make_cfg(hd, n_rep, nkv=2):
+    return qwenref.AttnConfig(
+        hidden_size=64,
+        num_attention_heads=n_rep * nkv,
+        num_key_value_heads=nkv,
+        head_dim=hd,
+        intermediate_size=128,
+    )
+
+
+def make_cache(gpu, cfg, kind, T, rng):
+    """golden cache of `kind` with T random tokens (outliers so the max moves, a per-head V
+    offset so the mean matters) and the same stored arrays on the GPU."""
+    gc = golden.KVCache(cfg, max_t=T + 13, kind=kind)
+    k = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    v = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    v += rng.standard_normal((1, cfg.nkv, cfg.head_dim)).astype(np.float32)
+    k[rng.choice(T, size=min(T, 3), replace=False)] *= 2.0
+    gc.append(k, v)
+    return gc, gpu.KVCache.from_golden(gc)
+
+
+def make_q(cfg, nb, rng, head_scales=False):
+    """Scores of std ~1 (log2 units); head_scales: heads whose q differ by orders of magnitude,
+    so the per-CTA power-of-two pre-scale of q is exercised."""
+    q = rng.standard_normal((nb, cfg.nh, cfg.head_dim)) / np.log2(np.e)
+    if head_scales:
+        q[:, 0] *= 1e-3
+        q[:, -1] *= 6.0
+    return q.astype(np.float32)
+
+
+class Ref:
+    """golden per row over `lists[b]`: m, l, o, oa (partials of |V|) [nb, S, nh(, hd)], out and
+    its elementwise bound out_b [nb, nh, hd], and sb [nb, nh] (the score bound's sum)."""
+
+    def __init__(self, gc, kind, q, lists, S):
+        T, hd = len(gc), gc.cfg.head_dim
+        K, V = gc.keys(T), gc.values(T)
+        n_rep = gc.cfg.n_rep
+        self.kind, self.hd, self.v_rot = kind, hd, gc.v_rotated
+        acc = {n: [] for n in ("m", "l", "o", "oa", "out", "outa", "sb")}
+        for b, idx in enumerate(lists):
+            qb = golden.wht(q[b]) if gc.k_rotated else q[b]
+            m, l, o = golden.attn_partials(qb, K[:, idx], V[:, idx], S)
+            _, _, oa = golden.attn_partials(qb, K[:, idx], np.abs(V[:, idx]), S)
+            y, _ = golden.attn_combine(m, l, o)
+            ya, _ = golden.attn_combine(m, l, oa)
+            if gc.v_rotated:
+                y = golden.wht(y, inverse=True)
+            qa = np.abs(qb.astype(np.float64)).reshape(gc.cfg.nkv, n_rep, hd)
+            ka = np.abs(K[:, idx].astype(np.float64))
+            sb = np.einsum("grd,gtd->grt", qa, ka).max(-1).reshape(-1)
+            sb *= hd**-0.5 * np.log2(np.e)
+            for n, x in zip(acc, (m, l, o, oa, y, ya, sb)):
+                acc[n].append(x)
+        for n, x in acc.items():
+            setattr(self, n, np.stack(x))
+
+    def check(self, cp, m, l, o, out):
+        """m, l, o (any may be None) and out against the bounds of the module docstring."""
+        uq, upv = u_q(self.kind), u_pv(self.kind)
+        w = 2 * LN2 * uq * self.sb  # relative move of each weight from the q split [nb, nh]
+        if m is not None:
+            mb = np.broadcast_to((uq * self.sb)[:, None, :], self.m.shape)
+            assert_partials_close(cp, m, self.m, "m", REL, mb)
+            assert_partials_close(cp, l, self.l, "l", REL, w[:, None, :] * self.l)
+            bound = (upv + w[:, None, :, None]) * self.oa
+            assert_partials_close(cp, o, self.o, "o", REL, 1.01 * bound)
+        bound = (upv + w[..., None]) * self.outa
+        if self.v_rot:  # the inverse WHT spreads the bound over every dim
+            bound = np.broadcast_to(bound.sum(-1, keepdims=True) / np.sqrt(self.hd), bound.shape)
+        assert_partials_close(cp, out, self.out, "out", REL, 1.01 * bound)
+
+
+def poisoned(cp, shape):
+    return cp.full(shape, np.nan, dtype=np.float32)
+
+
+# T, nb, S: one token; T = 33 (a 1-token split, empty splits for rows that see <= 32); rows
+# whose split bounds differ (97, nb 2, S 3); many pipeline blocks per split with 1..4 rows
+SHAPES = [(1, 1, 1), (33, 2, 3), (97, 2, 3), (1000, 3, 3), (5000, 1, 4), (5000, 4, 6)]
+HEADS = [(256, 6), (128, 2)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("hd,n_rep", HEADS, ids=[f"hd{h}-nrep{r}" for h, r in HEADS])
+@pytest.mark.parametrize("T,nb,S", SHAPES, ids=[f"T{t}-nb{b}-S{s}" for t, b, s in SHAPES])
+def test_mma_partials_match_golden(cp, gpu, rng, kind, hd, n_rep, T, nb, S):
+    cfg = make_cfg(hd, n_rep)
+    nh = cfg.nh
+    gc, cache = make_cache(gpu, cfg, kind, T, rng)
+    base_pos = T - nb
+    q = make_q(cfg, nb, rng, head_scales=(T == 1000))
+    ref = Ref(gc, kind, q, [np.arange(base_pos + b + 1) for b in range(nb)], S)
+
+    p = gpu_attention.plan(cache, nb, base_pos=base_pos, n_splits=S)
+    assert p.rung == "mma", f"the tensor-core path does not apply: {p.why}"
+    assert (p.kernel, p.n_splits) == (gpu_attention.mma_kernel_name(nb, n_rep, False, kind), S)
+    m, l, o = poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh, hd))
+    gpu.attn_partials(cp.asarray(q), cache, base_pos, m_out=m, l_out=l, o_out=o, plan=p)
+    out = gpu.decode_attention(
+        cp.asarray(q), cache, base_pos, out=poisoned(cp, (nb, nh, hd)), plan=p
+    )
+    ref.check(cp, m, l, o, out)
+    # the call's own plan is p: same kernel and splits, same bits
+    cp.testing.assert_array_equal(
+        gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=S), out
+    )
+
+
+def selection(rng, T, n_blocks, R):
+    """An ascending QSA-like token list for the row that sees T tokens: n_blocks - 1 random
+    whole blocks of R tokens, the last complete block, and the tail."""
+    nc = T // R
+    picked = np.sort(rng.choice(nc - 1, size=n_blocks - 1, replace=False))
+    blocks = np.append(picked, nc - 1)
+    idx = (blocks[:, None] * R + np.arange(R)).ravel()
+    return np.concatenate([idx, np.arange(nc * R, T)]).astype(np.int32)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("hd,n_rep", HEADS, ids=[f"hd{h}-nrep{r}" for h, r in HEADS])
+def test_mma_selective_row(cp, gpu, rng, kind, hd, n_rep):
+    """One selective row through attn_partials_<kind>_mma_sel_n1: golden over the listed tokens
+    (pipeline blocks straddling the gaps between kept blocks, a tail, several splits)."""
+    cfg = make_cfg(hd, n_rep)
+    T, S = 2000, 4
+    gc, cache = make_cache(gpu, cfg, kind, T, rng)
+    idx = selection(rng, T, 9, 48)
+    q = make_q(cfg, 1, rng, head_scales=True)
+    ref = Ref(gc, kind, q, [idx], S)
+    si, sn = cp.asarray(idx[None].copy()), cp.asarray(np.array([len(idx)], np.int32))
+    p = gpu_attention.plan(cache, 1, base_pos=T - 1, selective=True, width=len(idx), n_splits=S)
+    assert (p.rung, p.kernel) == ("mma", gpu_attention.mma_kernel_name(1, n_rep, True, kind))
+    m, l, o = (poisoned(cp, s) for s in ((1, S, cfg.nh), (1, S, cfg.nh), (1, S, cfg.nh, hd)))
+    gpu.attn_partials(
+        cp.asarray(q), cache, T - 1, sel_idx=si, sel_n=sn, m_out=m, l_out=l, o_out=o, plan=p
+    )
+    out = gpu.decode_attention(cp.asarray(q), cache, T - 1, sel_idx=si, sel_n=sn, plan=p)
+    ref.check(cp, m, l, o, out)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_mma_matches_v1_at_the_27b_shape(cp, gpu, rng, kind):
+    """4 kv heads, n_rep 6, hd 256, 4 rows: the tensor-core and CUDA-core rungs agree within
+    the mma bound, and both with golden."""
+    cfg = make_cfg(256, 6, nkv=4)
+    T, nb, S = 4000, 4, 9
+    gc, cache = make_cache(gpu, cfg, kind, T, rng)
+    q = make_q(cfg, nb, rng)
+    ref = Ref(gc, kind, q, [np.arange(T - nb + b + 1) for b in range(nb)], S)
+    qd = cp.asarray(q)
+    a = gpu.decode_attention(qd, cache, T - nb, n_splits=S, impl="mma")
+    b = gpu.decode_attention(qd, cache, T - nb, n_splits=S, impl="v1")
+    ref.check(cp, None, None, None, a)
+    ref.check(cp, None, None, None, b)
+    assert not cp.array_equal(a, b)  # two kernels indeed (fp16 / bf16 operands vs float32)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("hd", [128, 256])
+def test_smem_layout_matches_kernel(cp, gpu, kind, hd):
+    """The plans' dynamic shared memory (NT8 = 1..4) equals the kernel's own layout, per kind."""
+    from qwenref.gpu._runtime import kernel
+
+    gc = golden.KVCache(make_cfg(hd, 6), max_t=64, kind=kind)
+    plans = [gpu_attention.plan_rung(gc, nb) for nb in (1, 2, 3, 5)]
+    sfx = gpu_attention.MMA_KINDS[side_kinds(kind)]
+    assert [p.kernel for p in plans] == [f"attn_partials_{sfx}_mma_n{n}" for n in (1, 2, 3, 4)]
+    out = cp.zeros(4, np.int32)
+    kernel("attention_mma", f"attn_mma_smem_bytes_{sfx}", plans[0].options)((1,), (1,), (out,))
+    assert cp.asnumpy(out).tolist() == [p.smem for p in plans]
