@@ -35,6 +35,7 @@ __all__ = [
     "Q8_LIMIT",
     "turbo_limit",
     "CACHE_KINDS",
+    "GPU_CACHE_KINDS",
     "SIDE_KINDS",
     "side_kinds",
     "turbo_bits",
@@ -71,6 +72,8 @@ CACHE_KINDS = (
     "bf16k-turbo3v",
     "bf16k-turbo2v",
 )
+# The cache kinds with GPU kernels: what the GPU cache, its tests and the benchmarks iterate.
+GPU_CACHE_KINDS = CACHE_KINDS
 SIDE_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2")
 
 
