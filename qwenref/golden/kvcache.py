@@ -1,5 +1,6 @@
 """kvcache — q8 (Q8_0), turbo-n (WHT + uniform n-bit, groups of 16) and bf16 formats, and the
-KVCache that stores K/V in those formats plus the indexer state.
+KVCache that stores K/V in those formats and in tq-b (qwenref.golden.tq: a sign flip and the
+WHT, then a Lloyd–Max codebook with one scale per vector) plus the indexer state.
 
 Stored layout: qwenref/layout.py (its docstring has the table: which arrays each side kind
 stores, their shapes and dtypes, bytes per token). The GPU cache stores the same arrays, as cupy
@@ -23,8 +24,18 @@ import numpy as np
 
 from .._args import bits_arg, check_finite, check_scales, f32_array, typed_array
 from ..kvcache_base import KVCacheBase
-from ..layout import CACHE_KINDS, Q8_GROUP, Q8_LIMIT, TURBO_GROUP, turbo_bits, turbo_limit
+from ..layout import (
+    CACHE_KINDS,
+    Q8_GROUP,
+    Q8_LIMIT,
+    TURBO_GROUP,
+    rotation_signs,
+    tq_bits,
+    turbo_bits,
+    turbo_limit,
+)
 from .bitpack import pack_codes, unpack_codes
+from .tq import check_tq_gamma, tq_codebook, tq_dequantize, tq_quantize, tq_quantize_core
 from .wht import wht_core
 
 __all__ = [
@@ -40,6 +51,9 @@ __all__ = [
     "bf16_round",
     "bf16_bits",
     "bf16_from_bits",
+    "tq_codebook",
+    "tq_quantize",
+    "tq_dequantize",
     "KVCache",
 ]
 
@@ -218,8 +232,9 @@ def bf16_round(x):
 # ---- one stored side ------------------------------------------------------------------------
 def _side_encode(side, x, name):
     """x finite float32 [nkv, nb, hd] (head-major) -> {array name: stored values [nkv, nb, ...]}.
-    Turbo sides rotate by the WHT over hd first. Values the format cannot store (a float16
-    scale or a bf16 value that would be +-inf) are a ValueError naming `name`."""
+    Turbo sides rotate by the WHT over hd first, tq sides by the WHT of x with the signs of
+    layout.tq_signs flipped. Values the format cannot store (a float16 scale or a bf16 value
+    that would be +-inf) are a ValueError naming `name`."""
     if side == "f32":
         return {"data": x}
     if side == "bf16":
@@ -230,6 +245,11 @@ def _side_encode(side, x, name):
         q, d = q8_quantize_core(x)
         check_scales(name, d, Q8_LIMIT)
         return {"q": q, "d": d}
+    if side.startswith("tq"):
+        y = wht_core(x * rotation_signs(side, x.shape[-1]))  # x·(±1) is exact
+        codes, gamma = tq_quantize_core(y, tq_bits(side))
+        check_tq_gamma(name, gamma)
+        return {"codes": codes, "gamma": gamma}
     bits = turbo_bits(side)
     codes, d = turbo_quantize_core(wht_core(x), bits)
     check_scales(name, d, turbo_limit(bits))
@@ -240,8 +260,9 @@ class KVCache(KVCacheBase):
     """Per-sequence decode state: K/V as stored, raw indexer keys, block keys, length.
 
     KVCache(cfg, max_t=4096, kind="f32"). Attributes: cfg, max_t, kind, k_kind, v_kind
-    ("f32" | "bf16" | "q8" | "turbo8" | ...), k_rotated, v_rotated, k_store, v_store (dicts of
-    numpy arrays, layout in qwenref/layout.py), idx_keys, blk_keys (or None), and len(cache).
+    ("f32" | "bf16" | "q8" | "turbo8" | "tq4" | ...), k_rotated, v_rotated, k_signs, v_signs,
+    k_store, v_store (dicts of numpy arrays, layout in qwenref/layout.py), idx_keys, blk_keys
+    (or None), and len(cache).
     ``length`` (= len(cache)) is a plain attribute so a GPU cache's to_golden() can set it.
 
     The class body is qwenref.kvcache_base.KVCacheBase (construction, append's order of steps,
@@ -291,13 +312,15 @@ class KVCache(KVCacheBase):
     @staticmethod
     def _decode(side, stored):
         """A side's stored arrays of tokens [0, t_len) -> float32 [nkv, t_len, hd] (rotated
-        domain for turbo), by the exact dequantizers above."""
+        domain for turbo and tq), by the dequantizers above and tq_dequantize."""
         if side == "f32":
             return stored["data"].copy()
         if side == "bf16":
             return bf16_from_bits(stored["data"])
         if side == "q8":
             return q8_dequantize(stored["q"], stored["d"])
+        if side.startswith("tq"):
+            return tq_dequantize(stored["codes"], stored["gamma"], tq_bits(side))
         return turbo_dequantize(stored["codes"], stored["d"], turbo_bits(side))
 
     def savepoint(self, nb):
