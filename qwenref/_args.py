@@ -43,10 +43,12 @@ def bool_arg(name, x):
     return bool(x)
 
 
-def bits_arg(bits):
-    """bits of a turbo quantizer as a Python int in 1..8 (the cache uses 8, 4, 3 and 2)."""
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= 8:
-        raise ValueError(f"bits must be an int in 1..8 (the cache uses 8, 4, 3, 2), got {bits!r}")
+def bits_arg(bits, top=8, used="8, 4, 3, 2"):
+    """bits of a quantizer as a Python int in 1..top: turbo's 1..8 (the cache uses 8, 4, 3 and
+    2), tq's 1..4 (top=4, used="4, 3, 2"). Any bad value, a bool or a float included, is a
+    ValueError."""
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= top:
+        raise ValueError(f"bits must be an int in 1..{top} (the cache uses {used}), got {bits!r}")
     return int(bits)
 
 
@@ -112,6 +114,14 @@ def check_scales(name, d, limit):
             f"{name}: a group's max |{name}| needs a scale beyond float16's range "
             f"(this format stores max |{name}| below {limit:.4g})"
         )
+
+
+def typed_array(name, a, dtype):
+    """a as a numpy array of exactly this dtype (stored codes and scales): TypeError otherwise."""
+    a = np.asarray(a)
+    if a.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype).name}, got {a.dtype}")
+    return a
 
 
 def real_array(name, x, ints=True, ndim=None):

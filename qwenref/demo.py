@@ -20,7 +20,10 @@ import numpy as np
 import qwenref
 from qwenref import golden
 
-DEFAULT_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2", "bf16k-turbo3v")
+# every cache kind, with one of the three bf16-K kinds
+DEFAULT_KINDS = tuple(k for k in golden.CACHE_KINDS if not k.startswith("bf16k-")) + (
+    "bf16k-turbo3v",
+)
 PREFILL = 40  # with tiny()'s indexer (R 8, budget 32) row 39 is the first selective row
 
 

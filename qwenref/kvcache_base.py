@@ -25,7 +25,16 @@ import numpy as np
 
 from ._args import int_arg
 from .config import AttnConfig
-from .layout import Q8_GROUP, TURBO_GROUP, bytes_per_token, indexer_arrays, side_arrays, side_kinds
+from .layout import (
+    Q8_GROUP,
+    TURBO_GROUP,
+    bytes_per_token,
+    indexer_arrays,
+    rotation_signs,
+    side_arrays,
+    side_kinds,
+    tq_bits,
+)
 
 __all__ = ["KVCacheBase"]
 
@@ -39,8 +48,10 @@ class KVCacheBase:
     """KVCache(cfg, max_t=4096, kind="f32"): K/V as stored, raw indexer keys, block keys, length.
 
     Attributes: cfg, max_t, kind (a layout.CACHE_KINDS entry), k_kind, v_kind (its side kinds:
-    "f32" | "bf16" | "q8" | "turbo8" | ...), k_rotated, v_rotated (the side is stored
-    WHT-rotated), k_store, v_store (dicts of arrays, layout.side_arrays), idx_keys, blk_keys
+    "f32" | "bf16" | "q8" | "turbo8" | "tq4" | ...), k_rotated, v_rotated (the side is stored
+    rotated), k_signs, v_signs (the rotation's sign pattern, layout.rotation_signs: float32
+    [hd], all +1 for turbo, tq_signs for tq; None for an unrotated side: a rotated side stores
+    wht(s ⊙ x)), k_store, v_store (dicts of arrays, layout.side_arrays), idx_keys, blk_keys
     (float32, or None when the config has no indexer) and len(cache). ``length`` (= len(cache))
     is a plain attribute so a GPU cache's to_golden() can set it.
     """
@@ -71,9 +82,15 @@ class KVCacheBase:
                     f"head_dim ({hd}) must be a power of two{limit} for kind "
                     f"{kind!r} (WHT over head_dim)"
                 )
+            if side.startswith("tq") and (hd & (hd - 1) or hd * tq_bits(side) % 8):
+                raise ValueError(
+                    f"head_dim ({hd}) must be a power of two with head_dim·{tq_bits(side)}/8 "
+                    f"whole bytes for kind {kind!r} (WHT over head_dim, codes packed per vector)"
+                )
         self.cfg, self.max_t, self.kind = cfg, max_t, kind
         self.k_kind, self.v_kind = k_kind, v_kind
-        self.k_rotated, self.v_rotated = k_kind.startswith("turbo"), v_kind.startswith("turbo")
+        self.k_signs, self.v_signs = rotation_signs(k_kind, hd), rotation_signs(v_kind, hd)
+        self.k_rotated, self.v_rotated = self.k_signs is not None, self.v_signs is not None
         self.length = 0
         xp = self.xp  # the GPU cache imports cupy here, after the checks
         self.k_store = _zeros(xp, side_arrays(k_kind, cfg.nkv, max_t, hd))
@@ -99,7 +116,7 @@ class KVCacheBase:
         """Store nb tokens at positions len(self) .. len(self)+nb-1 and advance the length.
 
         k, v: float32 [nb, nkv, hd], after q/k norm and RoPE, unrotated: each side's format
-        rotates (turbo) and quantizes them as it stores them (the subclass's _store). index_k:
+        rotates (turbo, tq) and quantizes them as it stores them (the subclass's _store). index_k:
         raw indexer keys float32 [nb, ihd], required iff the config has an indexer. Block keys
         are not computed here (they need weights): the layer calls update_block_keys after
         append. options: the subclass's (gpu.KVCache: impl=).
@@ -135,13 +152,13 @@ class KVCacheBase:
 
     # ---- reading back -----------------------------------------------------------------------
     def keys(self, t_len=None):
-        """Dequantized stored keys, float32 [nkv, t_len, hd] (WHT-rotated iff k_rotated), as
+        """Dequantized stored keys, float32 [nkv, t_len, hd] (rotated iff k_rotated), as
         arrays of the cache's module; t_len defaults to len(self)."""
         t_len = self._t_len(t_len)
         return self._decode(self.k_kind, {n: a[:, :t_len] for n, a in self.k_store.items()})
 
     def values(self, t_len=None):
-        """Dequantized stored values, float32 [nkv, t_len, hd] (WHT-rotated iff v_rotated), as
+        """Dequantized stored values, float32 [nkv, t_len, hd] (rotated iff v_rotated), as
         arrays of the cache's module; t_len defaults to len(self)."""
         t_len = self._t_len(t_len)
         return self._decode(self.v_kind, {n: a[:, :t_len] for n, a in self.v_store.items()})

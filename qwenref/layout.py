@@ -8,8 +8,16 @@ read. The formats themselves (how a value becomes a code) are defined by the gol
 Cache kinds (CACHE_KINDS). A cache has two sides, K and V; side_kinds(kind) names their formats:
   "f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2"   both sides in that format
   "bf16k-turbo4v", "bf16k-turbo3v", "bf16k-turbo2v"            K in bf16, V in turbo4/3/2
-A turbo side is stored in the WHT-rotated domain (the rotation spreads outlier dims over the
-row before the n-bit quantizer sees it).
+  "tq4", "tq3", "tq2"                                          both sides in tq-b (b = 4, 3, 2)
+GPU_CACHE_KINDS are the kinds with GPU kernels: every kind but the tq kinds (TQ_KINDS), which
+only the golden cache stores for now.
+
+A turbo or tq side is stored in a rotated domain (the rotation spreads outlier dims over the
+row before the quantizer sees it): turbo stores the WHT of the row, y = wht(x); tq first flips
+the signs of a fixed pattern, y = wht(s ⊙ x) with s = tq_signs(hd). rotation_signs(side, hd)
+gives the pattern of either (all +1 for turbo), so attention on a rotated side reads
+q' = wht(s ⊙ q) against the stored keys and turns an output of stored values back into
+s ⊙ wht(o).
 
 Stored arrays of one side (side_arrays), head-major: kv head, then token slot, then the head's
 values, so one head's tokens are one contiguous run:
@@ -18,26 +26,47 @@ values, so one head's tokens are one contiguous run:
   side "q8":     {"q": int8 [nkv, max_t, hd], "d": float16 [nkv, max_t, hd // 32]}
   side "turboN": {"codes": uint8 [nkv, max_t, hd // 16, 2 * N],
                   "d": float16 [nkv, max_t, hd // 16]}
+  side "tqB":    {"codes": uint8 [nkv, max_t, hd * B // 8], "gamma": float16 [nkv, max_t]}
   indexer (cfg.has_indexer, indexer_arrays): idx_keys float32 [max_t, ihd] (raw keys),
                              blk_keys float32 [max_t // R, ihd] (block keys, normed + roped)
 
 q8 is llama.cpp's Q8_0: groups of 32 values, an int8 code each and one float16 scale. turboN
 quantizes groups of 16 values to N-bit codes, packed little-endian into 2 * N bytes, with one
-float16 scale. Bytes per token and kv head (side_bytes_per_head) follow from the arrays: at
-hd 256, f32 1024, bf16 512, q8 256 + 16 = 272, turbo4 16 * (8 + 2) = 160, turbo2 96.
+float16 scale. tq-b codes each of the hd values of a vector by a B-bit index into a Lloyd–Max
+codebook (code i at bits [B·i, B·i + B) of the vector's hd·B/8 little-endian bytes), with one
+float16 scale γ per vector. Bytes per token and kv head (side_bytes_per_head) follow from the
+arrays: at hd 256, f32 1024, bf16 512, q8 256 + 16 = 272, turbo4 16 * (8 + 2) = 160, turbo2 96,
+tq4 128 + 2 = 130, tq3 98, tq2 66.
+
+The sign pattern (tq_signs): s_i = +1 when fmix32(i) is even, -1 when it is odd, where fmix32
+is MurmurHash3's 32-bit finalizer on the index i (uint32 arithmetic, every product mod 2**32):
+    h ^= h >> 16;  h *= 0x85EBCA6B;  h ^= h >> 13;  h *= 0xC2B2AE35;  h ^= h >> 16
+A fixed integer function, so no random state is involved, the pattern is the same on every
+machine and numpy version, and a kernel computes it from the index alone; tq_signs(n) is the
+first n entries of one sequence, so every head_dim shares a prefix. The first 16:
++ - + - - - + + - - + + - + - -.
 """
 
 import numpy as np
+
+from ._args import int_arg
 
 __all__ = [
     "Q8_GROUP",
     "TURBO_GROUP",
     "Q8_LIMIT",
     "turbo_limit",
+    "TQ_GAMMA_LIMIT",
     "CACHE_KINDS",
+    "GPU_CACHE_KINDS",
+    "TQ_KINDS",
     "SIDE_KINDS",
     "side_kinds",
+    "check_gpu_kind",
     "turbo_bits",
+    "tq_bits",
+    "tq_signs",
+    "rotation_signs",
     "side_arrays",
     "indexer_arrays",
     "blocks_completing",
@@ -59,7 +88,10 @@ def turbo_limit(bits):
     return 65520.0 * ((1 << bits) - 1) / 2
 
 
-CACHE_KINDS = (
+# A tq scale γ at or past this rounds to inf in float16: the quantizer refuses such a vector.
+TQ_GAMMA_LIMIT = 65520.0
+
+GPU_CACHE_KINDS = (
     "f32",
     "bf16",
     "q8",
@@ -71,7 +103,9 @@ CACHE_KINDS = (
     "bf16k-turbo3v",
     "bf16k-turbo2v",
 )
-SIDE_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2")
+TQ_KINDS = ("tq4", "tq3", "tq2")
+CACHE_KINDS = GPU_CACHE_KINDS + TQ_KINDS
+SIDE_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2") + TQ_KINDS
 
 
 def side_kinds(kind):
@@ -86,6 +120,17 @@ def side_kinds(kind):
     return kind, kind
 
 
+def check_gpu_kind(kind):
+    """kind unchanged; a tq kind (no GPU kernels yet) is a ValueError naming it. Anything else
+    is left to side_kinds."""
+    if isinstance(kind, str) and kind in TQ_KINDS:
+        raise ValueError(
+            f"kind {kind!r}: the tq kinds {TQ_KINDS} have no GPU kernels yet "
+            f"(qwenref.golden.KVCache stores them); the GPU cache takes {GPU_CACHE_KINDS}"
+        )
+    return kind
+
+
 def _check_side(side):
     if side not in SIDE_KINDS:
         raise ValueError(f"side must be one of {SIDE_KINDS}, got {side!r}")
@@ -95,6 +140,40 @@ def turbo_bits(side):
     """Bits per code of a turbo side ("turbo4" -> 4); 0 for the other sides."""
     _check_side(side)
     return int(side[len("turbo") :]) if side.startswith("turbo") else 0
+
+
+def tq_bits(side):
+    """Bits per code of a tq side ("tq4" -> 4); 0 for the other sides."""
+    _check_side(side)
+    return int(side[len("tq") :]) if side.startswith("tq") else 0
+
+
+def tq_signs(head_dim):
+    """The tq sign pattern s: float32 [head_dim] of +-1, s_i = +1 iff fmix32(i) is even (the
+    rule in the module docstring). head_dim: an int >= 1 (TypeError / ValueError naming it)."""
+    n = int_arg("head_dim", head_dim, 1)
+    h = np.arange(n, dtype=np.uint32)  # uint32 arrays wrap mod 2**32, as the hash needs
+    h ^= h >> np.uint32(16)
+    h *= np.uint32(0x85EBCA6B)
+    h ^= h >> np.uint32(13)
+    h *= np.uint32(0xC2B2AE35)
+    h ^= h >> np.uint32(16)
+    return np.where(h & np.uint32(1), np.float32(-1), np.float32(1))
+
+
+def rotation_signs(side, hd):
+    """The sign pattern a rotated side applies before its WHT, float32 [hd], read-only: all +1
+    for turbo (y = wht(x)), tq_signs(hd) for tq (y = wht(s ⊙ x)); None for a side stored
+    unrotated (f32, bf16, q8)."""
+    _check_side(side)
+    if side.startswith("turbo"):
+        s = np.ones(hd, np.float32)
+    elif side.startswith("tq"):
+        s = tq_signs(hd)
+    else:
+        return None
+    s.flags.writeable = False
+    return s
 
 
 def side_arrays(side, nkv, max_t, hd):
@@ -110,6 +189,11 @@ def side_arrays(side, nkv, max_t, hd):
         return {
             "q": (rows + (hd,), np.dtype(np.int8)),
             "d": (rows + (hd // Q8_GROUP,), np.dtype(np.float16)),
+        }
+    if side.startswith("tq"):
+        return {
+            "codes": (rows + (hd * tq_bits(side) // 8,), np.dtype(np.uint8)),
+            "gamma": (rows, np.dtype(np.float16)),
         }
     n = turbo_bits(side)
     return {

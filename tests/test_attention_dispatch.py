@@ -15,7 +15,7 @@ import qwenref
 from qwenref import golden
 from qwenref.gpu import attention as A
 from qwenref.gpu._runtime import kernel_source
-from qwenref.layout import side_kinds
+from qwenref.layout import GPU_CACHE_KINDS, side_kinds
 
 
 def _module_src(module):
@@ -126,7 +126,7 @@ def test_choose_impl(nb, n_rep, selective, sparse_v, want):
         A.mma_kernel_name(nb, n_rep, selective)
 
 
-@pytest.mark.parametrize("kind", golden.CACHE_KINDS)
+@pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
 def test_choose_impl_other_kinds_and_forcing(kind):
     """Every kind but f32 has tensor-core partials at hd 128 / 256; hd 64 runs v1."""
     assert A.choose_impl(cache(6, kind=kind), 1) == ("v1" if kind == "f32" else "mma")
@@ -148,7 +148,7 @@ def test_rungs():
     assert A.choose_impl(cache(6, kind="turbo3"), 9, 1e-3, object(), impl="v0") == "v0"
 
 
-@pytest.mark.parametrize("kind", golden.CACHE_KINDS)
+@pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
 def test_every_kind_has_a_kernel_on_each_rung(kind):
     """v0 and v1 cover every cache kind; the names exist in their sources (ATTENTION_V0(<pair>,
     ...) makes attention_v0_<pair>, ATTN_PARTIALS(<pair>, ...) attn_partials_<pair>)."""
@@ -274,7 +274,7 @@ def test_plan_rung_and_why(kind, nb, n_rep, hd, sparse_v, selective, rung, why):
     )
 
 
-@pytest.mark.parametrize("kind", golden.CACHE_KINDS)
+@pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
 def test_plan_fields_per_rung(kind):
     """kernel, combine, threads, smem, options and tol of each rung; v0 has no partials."""
     c = cache(6, kind=kind)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import qwenref
-from qwenref import golden
+from qwenref import golden, layout
 from qwenref.weights import weight_shapes
 
 F32 = np.float32
@@ -67,6 +67,7 @@ def _stage_calls():
     r = lambda *s: rng.standard_normal(s).astype(F32)
     q, d = golden.q8_quantize(r(2, 64))
     codes, td = golden.turbo_quantize(r(2, 64), 4)
+    tq_codes, gamma = golden.tq_quantize(r(2, 64), 3)
     m, l, o = golden.attn_partials(r(4, 8), r(2, 50, 8), r(2, 50, 8), 3)
     return [
         (golden.rms_norm, dict(x=r(3, 8), weight=r(8)), ["x", "weight"]),
@@ -91,10 +92,13 @@ def _stage_calls():
             ["qg", "k", "q_weight", "k_weight"],
         ),
         (golden.wht, dict(x=r(3, 16)), ["x"]),
+        (golden.wht_signed, dict(x=r(3, 16), signs=layout.tq_signs(16)), ["x", "signs"]),
         (golden.q8_quantize, dict(x=r(2, 64)), ["x"]),
         (golden.q8_dequantize, dict(q=q, d=d), ["d"]),
         (golden.turbo_quantize, dict(x=r(2, 64), bits=4), ["x"]),
         (golden.turbo_dequantize, dict(codes=codes, d=td, bits=4), ["d"]),
+        (golden.tq_quantize, dict(y=r(2, 64), bits=3), ["y"]),
+        (golden.tq_dequantize, dict(codes=tq_codes, gamma=gamma, bits=3), ["gamma"]),
         (golden.bf16_bits, dict(x=r(5)), ["x"]),
         (golden.bf16_round, dict(x=r(5)), ["x"]),
         (
@@ -328,6 +332,9 @@ def test_bits_and_kind():
     for bits in (0, 9, True, 4.0):  # the GPU twin shares this check: ValueError for all
         with pytest.raises(ValueError, match=r"^bits"):
             golden.turbo_quantize(np.ones(16, F32), bits)
+    for bits in (0, 5, True, 4.0):  # tq: 1..4
+        with pytest.raises(ValueError, match=r"^bits"):
+            golden.tq_quantize(np.ones(16, F32), bits)
     with pytest.raises(TypeError, match=r"^kind"):
         golden.KVCache(_cfg(), 8, kind=["q8"])
     with pytest.raises(ValueError, match=r"^kind"):
@@ -335,7 +342,7 @@ def test_bits_and_kind():
 
 
 # ---- the cache: a refused append stores nothing -------------------------------------------------
-@pytest.mark.parametrize("kind", ["f32", "bf16", "q8", "turbo3", "bf16k-turbo2v"])
+@pytest.mark.parametrize("kind", ["f32", "bf16", "q8", "turbo3", "bf16k-turbo2v", "tq3"])
 def test_refused_append_changes_nothing(kind):
     cfg, rng = _cfg(), _rng()
     _, cache = _filled_cache(cfg, rng, kind)
@@ -464,7 +471,7 @@ def test_forward_bad_arguments_change_nothing():
     assert len(cache) == 9 and "selections" in trace
 
 
-@pytest.mark.parametrize("kind", ["f32", "q8", "turbo4", "bf16k-turbo3v"])
+@pytest.mark.parametrize("kind", ["f32", "q8", "turbo4", "bf16k-turbo3v", "tq4"])
 @pytest.mark.parametrize("what", ["v_proj", "down_proj"])
 def test_step_that_overflows_after_its_checks_is_undone(kind, what):
     """Finite x and finite weights can still overflow float32 inside the step (here: a huge
@@ -548,6 +555,7 @@ def test_wider_float_inputs_must_fit_float32():
     big = np.array([[1e300, -1e300, 1e300, 1e300]])
     for call, name in [
         (lambda: golden.wht(big), "x"),
+        (lambda: golden.wht_signed(big, np.ones(4)), "x"),
         (lambda: golden.apply_rope(big[None], [3], 4, 1e4), "x"),
         (lambda: golden.output_gate(big, np.zeros_like(big)), "o"),
         (lambda: golden.attn_combine(np.zeros((1, 4)), np.ones((1, 4)), big[..., None]), "o"),

@@ -12,7 +12,7 @@ from qwenref import bench
 from qwenref.bench import cli, ladder
 from qwenref.bench.cases_layer import selection_match
 from qwenref.bench.tolerances import TOL_ATTN, TOL_ATTN_MMA, attention_tol
-from qwenref.golden.kvcache import CACHE_KINDS
+from qwenref.layout import GPU_CACHE_KINDS
 
 # ---- tolerances and checks -------------------------------------------------------------------
 
@@ -123,11 +123,11 @@ def test_cases_cover_every_stage_and_the_target_shapes():
                 for s, k, sh, _ in cases
                 if s == "attention" and sh == {"T": T, "nb": nb}
             }
-            assert kinds == set(CACHE_KINDS), (T, nb)
+            assert kinds == set(GPU_CACHE_KINDS), (T, nb)
     qsa = {
         k.split()[-1] for s, k, sh, _ in cases if s == "indexer" and sh == {"T": 131072, "nb": 1}
     }
-    assert qsa == set(CACHE_KINDS)  # the selective path on every format
+    assert qsa == set(GPU_CACHE_KINDS)  # the selective path on every format with kernels
     dense = {sh.get("kind") for s, k, sh, _ in cases if s == "layer" and k.startswith("dense")}
     assert dense == {"q8", "turbo4"}
     assert len([s for s, *_ in cases if s == "gemv"]) == 4

@@ -14,12 +14,15 @@ from qwenref.golden import (
     bf16_round,
     q8_dequantize,
     q8_quantize,
+    tq_dequantize,
+    tq_quantize,
     turbo_dequantize,
     turbo_pack,
     turbo_quantize,
     turbo_unpack,
     wht,
 )
+from qwenref.layout import tq_signs
 
 F32 = np.float32
 
@@ -338,8 +341,10 @@ def test_bf16_from_bits_all_patterns():
 
 
 # ---- KVCache --------------------------------------------------------------------------------
-def bits_per_value(side):
-    """Storage cost per value, scales included: q8 8 + 16/32, turboN N + 16/16."""
+def bits_per_value(side, hd):
+    """Storage cost per value, scales included: q8 8 + 16/32, turboN N + 16/16, tqB B + 16/hd."""
+    if side.startswith("tq"):
+        return int(side[2:]) + 16 / hd
     return {"f32": 32, "bf16": 16, "q8": 8.5}.get(side) or int(side[5:]) + 1
 
 
@@ -350,6 +355,9 @@ def expected_layout(side, nkv, max_t, hd):
         return {"data": (np.uint16, (nkv, max_t, hd))}
     if side == "q8":
         return {"q": (np.int8, (nkv, max_t, hd)), "d": (np.float16, (nkv, max_t, hd // 32))}
+    if side.startswith("tq"):
+        b = int(side[2:])
+        return {"codes": (np.uint8, (nkv, max_t, hd * b // 8)), "gamma": (np.float16, (nkv, max_t))}
     n = int(side[5:])
     return {
         "codes": (np.uint8, (nkv, max_t, hd // 16, 2 * n)),
@@ -366,6 +374,18 @@ def side_check(side, got, x):
         assert np.array_equal(got.view(np.uint32) >> 16, bf16_ref_bits(xh).astype(np.uint32))
     elif side == "q8":
         assert np.all(np.abs(got.astype(np.float64) - xh) <= q8_bound(xh))
+    elif side.startswith("tq"):
+        b, s = int(side[2:]), tq_signs(xh.shape[-1])
+        r = wht(xh * s)  # stored in the rotated domain, signs flipped first
+        assert np.array_equal(got, tq_dequantize(*tq_quantize(r, b), b))  # the format's functions
+        # γ is the least-squares scale, so a row's error is never larger than the row (float16
+        # rounding of γ keeps that: ‖r − γ(1+δ)C‖² = ‖r‖² − (1 − δ²)⟨r,C⟩²/‖C‖²), and back in
+        # the original domain, s ⊙ wht(got), it keeps its norm (2**-22 of the row for rounding)
+        err = np.linalg.norm(got.astype(np.float64) - r, axis=-1)
+        slack = 2.0**-22 * np.linalg.norm(xh, axis=-1)
+        assert np.all(err <= np.linalg.norm(r, axis=-1) + slack)
+        back = (wht(got) * s).astype(np.float64)
+        assert np.all(np.abs(np.linalg.norm(back - xh, axis=-1) - err) <= 2 * slack)
     else:
         n = int(side[5:])
         r = wht(xh)  # stored in the rotated domain
@@ -387,9 +407,8 @@ def test_kvcache_round_trip(rng, tiny_cfg, kind):
     cache = KVCache(cfg, max_t=max_t, kind=kind)
     k_side, v_side = ("bf16", kind[6:-1]) if kind.startswith("bf16k-") else (kind, kind)
     assert (cache.k_kind, cache.v_kind) == (k_side, v_side)
-    assert cache.k_rotated == k_side.startswith("turbo") and cache.v_rotated == v_side.startswith(
-        "turbo"
-    )
+    assert cache.k_rotated == k_side.startswith(("turbo", "tq"))
+    assert cache.v_rotated == v_side.startswith(("turbo", "tq"))
     for store, side in ((cache.k_store, k_side), (cache.v_store, v_side)):
         want = expected_layout(side, nkv, max_t, hd)
         assert set(store) == set(want)
@@ -398,7 +417,8 @@ def test_kvcache_round_trip(rng, tiny_cfg, kind):
     assert cache.idx_keys.shape == (max_t, ihd) and cache.idx_keys.dtype == np.float32
     assert cache.blk_keys.shape == (max_t // R, ihd) and not cache.blk_keys.any()
     assert (
-        cache.nbytes_per_token() == nkv * hd * (bits_per_value(k_side) + bits_per_value(v_side)) / 8
+        cache.nbytes_per_token()
+        == nkv * hd * (bits_per_value(k_side, hd) + bits_per_value(v_side, hd)) / 8
     )
 
     T = 9

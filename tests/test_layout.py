@@ -18,6 +18,11 @@ TABLE = {
         f"turbo{n}": {"codes": (np.uint8, (2, 5, 4, 2 * n)), "d": (np.float16, (2, 5, 4))}
         for n in (8, 4, 3, 2)
     },
+    # tq-b: hd·b/8 bytes of codes and one float16 γ per vector
+    **{
+        f"tq{b}": {"codes": (np.uint8, (2, 5, 64 * b // 8)), "gamma": (np.float16, (2, 5))}
+        for b in (4, 3, 2)
+    },
 }
 
 
@@ -35,7 +40,15 @@ def test_side_kinds_and_bits():
     assert layout.side_kinds("bf16k-turbo3v") == ("bf16", "turbo3")
     for kind in layout.CACHE_KINDS:
         assert all(s in layout.SIDE_KINDS for s in layout.side_kinds(kind))
-    assert [layout.turbo_bits(s) for s in layout.SIDE_KINDS] == [0, 0, 0, 8, 4, 3, 2]
+    assert [layout.turbo_bits(s) for s in layout.SIDE_KINDS] == [0, 0, 0, 8, 4, 3, 2, 0, 0, 0]
+    assert [layout.tq_bits(s) for s in layout.SIDE_KINDS] == [0] * 7 + [4, 3, 2]
+    assert layout.side_kinds("tq3") == ("tq3", "tq3")
+    # the tq kinds are every kind without GPU kernels
+    assert layout.TQ_KINDS == ("tq4", "tq3", "tq2")
+    assert layout.CACHE_KINDS == layout.GPU_CACHE_KINDS + layout.TQ_KINDS
+    assert layout.check_gpu_kind("turbo4") == "turbo4"
+    with pytest.raises(ValueError, match="^kind 'tq4': the tq kinds .* have no GPU kernels"):
+        layout.check_gpu_kind("tq4")
     with pytest.raises(ValueError, match="^kind"):
         layout.side_kinds("q4")
     with pytest.raises(TypeError, match="^kind"):
@@ -57,7 +70,11 @@ def test_bytes_per_token():
         16 * 10,
         16 * 8,
         16 * 6,
+        128 + 2,  # tq4: 256 · 4 / 8 bytes of codes + a float16 γ
+        96 + 2,
+        64 + 2,
     ]
+    assert layout.bytes_per_token("tq4", 4, 256) == 4 * 2 * 130
     assert layout.bytes_per_token("q8", 4, 256) == 4 * 2 * 272
     assert layout.bytes_per_token("bf16k-turbo3v", 4, 256) == 4 * (512 + 16 * 8)
     cfg = qwenref.AttnConfig.tiny()
@@ -135,3 +152,28 @@ def test_the_base_class_body():
         c.values(1.0)
     with pytest.raises(ValueError, match="head_dim"):
         type("Capped", (ToyCache,), {"max_turbo_head_dim": 32})(cfg, 4, kind="turbo4")
+
+
+def test_rotated_sides_carry_their_sign_pattern():
+    for side in layout.SIDE_KINDS:
+        s = layout.rotation_signs(side, 64)
+        if side.startswith("turbo"):  # turbo stores wht(x): the pattern of all +1
+            assert np.array_equal(s, np.ones(64, np.float32))
+        elif side.startswith("tq"):  # tq stores wht(s ⊙ x)
+            assert np.array_equal(s, layout.tq_signs(64))
+        else:
+            assert s is None
+        assert s is None or (s.dtype == np.float32 and not s.flags.writeable)
+    cfg = qwenref.AttnConfig.tiny()
+    c = ToyCache(cfg, max_t=2, kind="bf16k-turbo3v")
+    assert c.k_signs is None and not c.k_rotated
+    assert c.v_rotated and np.array_equal(c.v_signs, np.ones(64, np.float32))
+    c = ToyCache(cfg, max_t=2, kind="tq2")
+    assert c.k_rotated and c.v_rotated
+    assert np.array_equal(c.k_signs, layout.tq_signs(64)) and c.k_signs is not c.v_signs
+    # the WHT needs a power of two; the codes of a vector fill whole bytes
+    for hd, kind in ((48, "tq4"), (4, "tq3")):
+        small = cfg.replace(head_dim=hd, partial_rotary_factor=0.0)
+        with pytest.raises(ValueError, match=rf"^head_dim \({hd}\) must be a power of two"):
+            ToyCache(small, 2, kind=kind)
+    ToyCache(cfg.replace(head_dim=8, partial_rotary_factor=0.0), 2, kind="tq3")  # 3 B a vector

@@ -9,4 +9,5 @@ from .kvcache import *  # noqa: F401,F403
 from .layer import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .rope import *  # noqa: F401,F403
+from .tq import *  # noqa: F401,F403
 from .wht import *  # noqa: F401,F403

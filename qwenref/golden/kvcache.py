@@ -1,5 +1,6 @@
 """kvcache — q8 (Q8_0), turbo-n (WHT + uniform n-bit, groups of 16) and bf16 formats, and the
-KVCache that stores K/V in those formats plus the indexer state.
+KVCache that stores K/V in those formats and in tq-b (qwenref.golden.tq: a sign flip and the
+WHT, then a Lloyd–Max codebook with one scale per vector) plus the indexer state.
 
 Stored layout: qwenref/layout.py (its docstring has the table: which arrays each side kind
 stores, their shapes and dtypes, bytes per token). The GPU cache stores the same arrays, as cupy
@@ -21,9 +22,20 @@ at most 8 significant bits) times a float16 scale (11 bits) fits in float32's 24
 import ml_dtypes
 import numpy as np
 
-from .._args import bits_arg, check_finite, check_scales, f32_array
+from .._args import bits_arg, check_finite, check_scales, f32_array, typed_array
 from ..kvcache_base import KVCacheBase
-from ..layout import CACHE_KINDS, Q8_GROUP, Q8_LIMIT, TURBO_GROUP, turbo_bits, turbo_limit
+from ..layout import (
+    CACHE_KINDS,
+    Q8_GROUP,
+    Q8_LIMIT,
+    TURBO_GROUP,
+    rotation_signs,
+    tq_bits,
+    turbo_bits,
+    turbo_limit,
+)
+from .bitpack import pack_codes, unpack_codes
+from .tq import check_tq_gamma, tq_codebook, tq_dequantize, tq_quantize, tq_quantize_core
 from .wht import wht_core
 
 __all__ = [
@@ -39,6 +51,9 @@ __all__ = [
     "bf16_round",
     "bf16_bits",
     "bf16_from_bits",
+    "tq_codebook",
+    "tq_quantize",
+    "tq_dequantize",
     "KVCache",
 ]
 
@@ -47,13 +62,6 @@ __all__ = [
 def _float32_array(name, a):
     """a as a finite float32 array (floating dtypes only)."""
     return f32_array(name, a, ints=False)
-
-
-def _typed_array(name, a, dtype):
-    a = np.asarray(a)
-    if a.dtype != dtype:
-        raise TypeError(f"{name} must have dtype {np.dtype(dtype).name}, got {a.dtype}")
-    return a
 
 
 def _groups(name, x, size):
@@ -102,8 +110,8 @@ def q8_quantize_core(x):
 
 def q8_dequantize(q, d):
     """q * float32(d), broadcast over groups of 32. Returns float32 [..., n]."""
-    q = _typed_array("q", q, np.int8)
-    d = _typed_array("d", d, np.float16)
+    q = typed_array("q", q, np.int8)
+    d = typed_array("d", d, np.float16)
     qg = _groups("q", q, Q8_GROUP)  # [..., g, 32]
     if d.shape != qg.shape[:-1]:
         raise ValueError(
@@ -125,24 +133,18 @@ def turbo_pack(c, bits):
         raise ValueError(f"c's last axis must be {TURBO_GROUP} codes, got shape {c.shape}")
     if c.size and (c.min() < 0 or c.max() >= 1 << bits):
         raise ValueError(f"c must hold codes in [0, {(1 << bits) - 1}] for bits={bits}")
-    shifts = np.arange(bits, dtype=np.uint8)
-    b = (c.astype(np.uint8)[..., None] >> shifts) & 1  # [..., 16, bits]
-    b = b.reshape(c.shape[:-1] + (TURBO_GROUP * bits,))  # stream bit n*i+j
-    return np.packbits(b, axis=-1, bitorder="little")  # [..., 2*bits]
+    return pack_codes(c, bits)  # [..., 2*bits]
 
 
 def turbo_unpack(packed, bits):
     """Inverse of turbo_pack: uint8 [..., 2 * bits] -> uint8 [..., 16]."""
     bits = bits_arg(bits)
-    packed = _typed_array("packed", packed, np.uint8)
+    packed = typed_array("packed", packed, np.uint8)
     if packed.ndim < 1 or packed.shape[-1] != 2 * bits:
         raise ValueError(
             f"packed's last axis must be {2 * bits} bytes for bits={bits}, got shape {packed.shape}"
         )
-    b = np.unpackbits(packed, axis=-1, bitorder="little")  # [..., 16*bits]
-    b = b.reshape(packed.shape[:-1] + (TURBO_GROUP, bits))  # [..., 16, bits]
-    weights = (1 << np.arange(bits)).astype(np.uint8)
-    return (b * weights).sum(axis=-1, dtype=np.uint16).astype(np.uint8)  # [..., 16]
+    return unpack_codes(packed, bits)  # [..., 16]
 
 
 def turbo_quantize(x, bits):
@@ -178,7 +180,7 @@ def turbo_quantize_core(x, bits):
 def turbo_dequantize(codes, d, bits):
     """(c - (2**bits - 1) / 2) * float32(d). Returns float32 [..., n]."""
     bits = bits_arg(bits)
-    d = _typed_array("d", d, np.float16)
+    d = typed_array("d", d, np.float16)
     c = turbo_unpack(codes, bits)  # [..., g, 16]
     if d.shape != c.shape[:-1]:
         raise ValueError(
@@ -217,7 +219,7 @@ def bf16_bits(x):
 
 def bf16_from_bits(b):
     """uint16 bf16 bit patterns -> float32; the patterns of +-inf and NaN are refused."""
-    b = _typed_array("b", b, np.uint16)
+    b = typed_array("b", b, np.uint16)
     _check_bf16_finite("b", b, "holds bit patterns of +-inf or NaN (exponent all ones)")
     return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
@@ -230,8 +232,9 @@ def bf16_round(x):
 # ---- one stored side ------------------------------------------------------------------------
 def _side_encode(side, x, name):
     """x finite float32 [nkv, nb, hd] (head-major) -> {array name: stored values [nkv, nb, ...]}.
-    Turbo sides rotate by the WHT over hd first. Values the format cannot store (a float16
-    scale or a bf16 value that would be +-inf) are a ValueError naming `name`."""
+    Turbo sides rotate by the WHT over hd first, tq sides by the WHT of x with the signs of
+    layout.tq_signs flipped. Values the format cannot store (a float16 scale or a bf16 value
+    that would be +-inf) are a ValueError naming `name`."""
     if side == "f32":
         return {"data": x}
     if side == "bf16":
@@ -242,6 +245,11 @@ def _side_encode(side, x, name):
         q, d = q8_quantize_core(x)
         check_scales(name, d, Q8_LIMIT)
         return {"q": q, "d": d}
+    if side.startswith("tq"):
+        y = wht_core(x * rotation_signs(side, x.shape[-1]))  # x·(±1) is exact
+        codes, gamma = tq_quantize_core(y, tq_bits(side))
+        check_tq_gamma(name, gamma)
+        return {"codes": codes, "gamma": gamma}
     bits = turbo_bits(side)
     codes, d = turbo_quantize_core(wht_core(x), bits)
     check_scales(name, d, turbo_limit(bits))
@@ -252,8 +260,9 @@ class KVCache(KVCacheBase):
     """Per-sequence decode state: K/V as stored, raw indexer keys, block keys, length.
 
     KVCache(cfg, max_t=4096, kind="f32"). Attributes: cfg, max_t, kind, k_kind, v_kind
-    ("f32" | "bf16" | "q8" | "turbo8" | ...), k_rotated, v_rotated, k_store, v_store (dicts of
-    numpy arrays, layout in qwenref/layout.py), idx_keys, blk_keys (or None), and len(cache).
+    ("f32" | "bf16" | "q8" | "turbo8" | "tq4" | ...), k_rotated, v_rotated, k_signs, v_signs,
+    k_store, v_store (dicts of numpy arrays, layout in qwenref/layout.py), idx_keys, blk_keys
+    (or None), and len(cache).
     ``length`` (= len(cache)) is a plain attribute so a GPU cache's to_golden() can set it.
 
     The class body is qwenref.kvcache_base.KVCacheBase (construction, append's order of steps,
@@ -266,15 +275,15 @@ class KVCache(KVCacheBase):
         """append's arguments: float32 numpy arrays of the config's shapes, every value finite
         (a NaN would otherwise be cast to an integer code)."""
         cfg = self.cfg
-        k = _typed_array("k", k, np.float32)
-        v = _typed_array("v", v, np.float32)
+        k = typed_array("k", k, np.float32)
+        v = typed_array("v", v, np.float32)
         if k.ndim != 3 or k.shape[1:] != (cfg.nkv, cfg.head_dim):
             raise ValueError(f"k must be [nb, {cfg.nkv}, {cfg.head_dim}], got shape {k.shape}")
         if v.shape != k.shape:
             raise ValueError(f"v must have k's shape {k.shape}, got {v.shape}")
         nb = k.shape[0]
         if self._index_k_given(index_k):
-            index_k = _typed_array("index_k", index_k, np.float32)
+            index_k = typed_array("index_k", index_k, np.float32)
             if index_k.shape != (nb, cfg.indexer_head_dim):
                 raise ValueError(
                     f"index_k must be [{nb}, {cfg.indexer_head_dim}], got shape {index_k.shape}"
@@ -303,13 +312,15 @@ class KVCache(KVCacheBase):
     @staticmethod
     def _decode(side, stored):
         """A side's stored arrays of tokens [0, t_len) -> float32 [nkv, t_len, hd] (rotated
-        domain for turbo), by the exact dequantizers above."""
+        domain for turbo and tq), by the dequantizers above and tq_dequantize."""
         if side == "f32":
             return stored["data"].copy()
         if side == "bf16":
             return bf16_from_bits(stored["data"])
         if side == "q8":
             return q8_dequantize(stored["q"], stored["d"])
+        if side.startswith("tq"):
+            return tq_dequantize(stored["codes"], stored["gamma"], tq_bits(side))
         return turbo_dequantize(stored["codes"], stored["d"], turbo_bits(side))
 
     def savepoint(self, nb):

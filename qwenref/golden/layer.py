@@ -5,11 +5,16 @@
                               ├─v_proj──> v ─────────────────┴─> cache.append (quantized)
                               └─indexer.qk_proj──> (indexer q, raw key) ─> block keys, selection
     per row b: attention over the cache as stored (dense, or the indexer's visible tokens)
-          ──> combine ──> inverse WHT (if V rotated) ──> * sigmoid(gate) ──o_proj──> + x = x1
+          ──> combine ──> inverse rotation (if V rotated) ──> * sigmoid(gate) ──o_proj──> + x = x1
     x1 ──post_attention_layernorm──> SwiGLU MLP ──> + x1 = y
 
 Shape letters: nb rows, nh q heads, nkv kv heads, hd head_dim, H hidden.
 The layer holds weights only; every per-sequence state lives in the KVCache.
+
+A rotated cache side (turbo, tq) stores y = wht(s ⊙ x), s its sign pattern (cache.k_signs,
+cache.v_signs: all +1 for turbo): q is rotated the same way before the scores,
+wht(s ⊙ q)·wht(s ⊙ k) = q·k, and the output of rotated values is turned back as
+s ⊙ wht(o), since s ⊙ wht(Σ p·wht(s ⊙ v)) = Σ p·v.
 """
 
 import contextlib
@@ -24,7 +29,7 @@ from .indexer import indexer_project, indexer_queries, row_selection, update_blo
 from .kvcache import KVCache, q8_dequantize, q8_quantize_core
 from .norm import add_rms_norm, rms_norm
 from .rope import qk_norm_rope
-from .wht import wht
+from .wht import wht_signed
 
 __all__ = ["linear", "silu", "mlp", "quantize_weight_q8", "FullAttentionLayer"]
 
@@ -221,7 +226,8 @@ class FullAttentionLayer:
                 )
 
             keys, values = cache.keys(base_pos + nb), cache.values(base_pos + nb)  # [nkv, T, hd]
-            q_att = wht(q) if cache.k_rotated else q  # (Hq)·(Hk) = q·k
+            # (H(s⊙q))·(H(s⊙k)) = q·k
+            q_att = wht_signed(q, cache.k_signs) if cache.k_rotated else q
             out = np.empty((nb, c.nh, hd), np.float32)
             selections = []
             for b in range(nb):  # rows differ in length and selection
@@ -237,7 +243,7 @@ class FullAttentionLayer:
                     q_att[b], keys[:, idx], values[:, idx], self.n_splits, self.sparse_v
                 )
                 if cache.v_rotated:
-                    o = wht(o, inverse=True)  # Σ p·Hv = H Σ p·v
+                    o = wht_signed(o, cache.v_signs, inverse=True)  # s⊙H Σ p·H(s⊙v) = Σ p·v
                 out[b] = output_gate(o, gate[b])
             attn = linear(out.reshape(nb, c.nh * hd), w["self_attn.o_proj.weight"])
             check_finite("attn", attn)

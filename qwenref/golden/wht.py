@@ -11,13 +11,17 @@ Precision: the butterflies and the 1/sqrt(n) scale run in float64 and the result
 float32 once, so the golden output is the float32 value nearest the exact transform to within
 ~1 ulp. The kernel runs its log2(n) passes in float32 (error ~ log2(n)/2 ulps of the row's rms
 per element, far below any KV quantization step).
+
+wht_signed is the rotation of a rotated cache side: wht(s ⊙ x) with a ±1 pattern s (all +1 for
+turbo, layout.tq_signs for tq), and its inverse s ⊙ wht(y). Multiplying by ±1 is exact, so with
+s all +1 it is bit for bit wht.
 """
 
 import numpy as np
 
 from .._args import bool_arg, check_finite, real_array
 
-__all__ = ["wht", "wht_core"]
+__all__ = ["wht", "wht_core", "wht_signed"]
 
 
 def wht_core(x):
@@ -43,11 +47,38 @@ def wht(x, inverse=False):
     Self-inverse, so ``inverse`` (a bool) gives the same result; it is kept for symmetry with
     the kernel. x: real, every value finite. Returns float32.
     """
+    x = _x_arg(x)
+    bool_arg("inverse", inverse)
+    return wht_core(check_finite("x", x))
+
+
+def _x_arg(x):
+    """x as a real array with a power-of-two last axis (its values are checked last)."""
     x = real_array("x", x)
     if x.ndim < 1:
         raise ValueError("x must have at least one axis (the transformed last axis)")
     n = x.shape[-1]
     if n < 1 or n & (n - 1):
         raise ValueError(f"x's last axis must be a power of two, got {n}")
-    bool_arg("inverse", inverse)
-    return wht_core(check_finite("x", x))
+    return x
+
+
+def wht_signed(x, signs, inverse=False):
+    """The rotation of a rotated cache side over the last axis: wht(signs ⊙ x), or with
+    inverse=True its inverse signs ⊙ wht(x). signs: float32 [n] of +-1 (a cache's k_signs or
+    v_signs, layout.rotation_signs); x as for wht. Returns float32.
+
+    With both sides of a dot product rotated, wht(s ⊙ q) · wht(s ⊙ k) = q · k (H orthonormal,
+    s ⊙ s = 1), and a sum of rotated values Σ p·wht(s ⊙ v) comes back as
+    s ⊙ wht(Σ p·wht(s ⊙ v)) = Σ p·v."""
+    x = _x_arg(x)
+    n = x.shape[-1]
+    signs = real_array("signs", signs, ndim=1)
+    if signs.shape != (n,) or not (np.abs(signs) == 1).all():
+        raise ValueError(f"signs must be {n} values of +-1 (x's last axis), got {signs.shape}")
+    inverse = bool_arg("inverse", inverse)
+    x = check_finite("x", x)
+    s = signs.astype(np.float32)
+    if inverse:
+        return wht_core(x) * s
+    return wht_core(x.astype(np.float64) * s)  # x·(±1) is exact; wht_core works in float64

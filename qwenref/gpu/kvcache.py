@@ -20,7 +20,7 @@ import numpy as np
 from .._args import bits_arg
 from ..golden.kvcache import KVCache as GoldenKVCache
 from ..kvcache_base import KVCacheBase
-from ..layout import CACHE_KINDS, Q8_GROUP, TURBO_GROUP, turbo_bits
+from ..layout import CACHE_KINDS, Q8_GROUP, TURBO_GROUP, check_gpu_kind, turbo_bits
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 
 __all__ = [
@@ -257,6 +257,9 @@ class KVCache(KVCacheBase):
     """
 
     max_turbo_head_dim = 1024  # the fused rotate + quantize append holds a row in registers
+
+    def __init__(self, cfg, max_t=4096, kind="f32"):
+        super().__init__(cfg, max_t, check_gpu_kind(kind))  # tq kinds: no kernels yet
 
     @property
     def xp(self):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import excerpts, golden, nbutil
-from ..layout import side_bytes_per_head, side_kinds
+from ..layout import GPU_CACHE_KINDS, side_bytes_per_head, side_kinds
 
 __all__ = """
     truth64 merge_states f32_sequential split_errors plot_split_errors plot_split_rule
@@ -319,7 +319,8 @@ def _attend(q, K, V, k_rot, v_rot):
 
 
 def kind_errors(cfg, rows, v, names=("peaked", "spread")):
-    """For each row and cache kind: the attention output's error against float64 on the exact
+    """For each row and cache kind with attention kernels (layout.GPU_CACHE_KINDS, the kinds
+    this notebook's kernels read): the attention output's error against float64 on the exact
     K, V; with the cache's K and exact V (the key side's share); with exact K and the cache's
     V (the value side's share); and golden's own error against float64 on the stored values.
     -> {name: {kind: dict(err, k_only, v_only, golden_stored)}}."""
@@ -329,7 +330,7 @@ def kind_errors(cfg, rows, v, names=("peaked", "spread")):
         exact = truth64(q, k, v)
         rot = {False: (k, v), True: (golden.wht(k), golden.wht(v))}  # exact K, V per domain
         res = out[name] = {}
-        for kind in golden.CACHE_KINDS:
+        for kind in GPU_CACHE_KINDS:
             c = cache_row(cfg, kind, k, v)
             K, V, kr, vr = c.keys(), c.values(), c.k_rotated, c.v_rotated
             q_in = golden.wht(q) if kr else q
@@ -377,7 +378,7 @@ def plot_kinds(errs, hd=128):
     the kind's stored bytes per token per kv head (linear)."""
     import matplotlib.pyplot as plt
 
-    kinds = list(golden.CACHE_KINDS)
+    kinds = list(GPU_CACHE_KINDS)
     fig, (ax, axb) = plt.subplots(1, 2, figsize=(10, 3.4), width_ratios=(3, 2))
     x = np.arange(len(kinds))
     for j, (name, res) in enumerate(errs.items()):

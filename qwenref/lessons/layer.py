@@ -79,7 +79,7 @@ _STAGE_OF = {
     "update_block_keys": "block_keys",
     "row_selection": "select",
     "decode_attention": "attention",
-    "wht": "attention",
+    "wht_signed": "attention",
     "output_gate": "attention",
     "add_rms_norm": "post_norm",
     "mlp": "mlp",
