@@ -189,8 +189,11 @@ def plot_precision_sweeps(d, marks):
     _mark(axs[2], marks["square"], f"x² = 65504: x = {marks['square']:.1f}", "tab:red")
     axs[2].set_xscale("log")
     axs[2].set_title("outliers: the sum overflows first", fontsize=10)
-    # past a threshold both float16 curves lie on 1, one over the other: the legend says so
-    same = "right of the grey dotted line both float16 sums\ngive 1 (the row is zeroed): identical"
+    # past a threshold the float16 curves reach 1, the pairwise one first: the legend says so
+    same = (
+        "right of the grey dotted line the pairwise float16 sum\n"
+        "gives 1 (the row is zeroed); the sequential one\nfollows once it overflows too"
+    )
     for ax, key_ax, title in zip(axs, keys, (None, same, same)):
         key_ax.set_axis_off()
         key_ax.legend(
