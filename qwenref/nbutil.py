@@ -11,6 +11,7 @@ import inspect
 import numpy as np
 
 from .excerpts import kernel_excerpt, kernel_header, show_excerpt
+from .floor import floor_note, floor_reason
 from .nbrecords import (
     Records,
     above_floor,
@@ -45,6 +46,8 @@ __all__ = [
     "plot_peer",
     "Records",
     "above_floor",
+    "floor_reason",
+    "floor_note",
     "best_rungs",
     "ladder_records",
     "live_wanted",

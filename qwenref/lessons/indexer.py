@@ -479,7 +479,7 @@ def indexer_ladders(live=None):
         for fn, kw in ladder_cases("select"):
             fn(ctx, **kw)
     src = f"measured just now on {ctx.device} (quick bench settings)"
-    recs = nbutil.Records(tuple(ctx.runs), ctx.copy_gbps, src)
+    recs = nbutil.Records(tuple(ctx.runs), ctx.copy_gbps, src, ctx.l2)
     return {f: recs.where(family=f, bench="ladder") for f in FAMILIES}
 
 
