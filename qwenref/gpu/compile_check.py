@@ -45,7 +45,6 @@ __all__ = [
     "FileResult",
     "parse_ptxas",
     "find_nvcc",
-    "compile_file",
     "check_files",
     "default_cache_dir",
     "SMEM_OPTIN",
@@ -166,15 +165,6 @@ def _nvcc(path: Path, nvcc: str, archs) -> tuple[int, str]:
     return r.returncode, r.stdout + r.stderr
 
 
-def compile_file(
-    path: Path, nvcc: str = "nvcc", archs=(ARCH,)
-) -> tuple[bool, list[KernelInfo], str]:
-    """(ok, kernels of every arch, nvcc's messages other than ptxas info) for one .cu file as it
-    is on disk, built by one nvcc for all `archs`; no cache."""
-    rc, text = _nvcc(Path(path), nvcc, archs)
-    return rc == 0, parse_ptxas(text), _messages(text)
-
-
 def _build(path: Path, nvcc: str, archs) -> FileResult:
     """One nvcc for all archs; only when that fails, one per arch to say which ones fail (a
     front-end error fails them all, a PTX feature only the older ones)."""
@@ -222,10 +212,11 @@ def default_cache_dir() -> Path:
     `make clean` empties it), else ~/.cache/qwenref/compile_check."""
     if env := os.environ.get("QWENREF_COMPILE_CACHE"):
         return Path(env)
-    from ._runtime import _PKG
+    from ._runtime import PACKAGE_DIR
 
-    if (_PKG.parent / "pyproject.toml").is_file() and (_PKG.parent / "kernels_cuda").is_dir():
-        return _PKG.parent / "build" / "compile_check"
+    repo = PACKAGE_DIR.parent
+    if (repo / "pyproject.toml").is_file() and (repo / "kernels_cuda").is_dir():
+        return repo / "build" / "compile_check"
     return Path.home() / ".cache" / "qwenref" / "compile_check"
 
 
