@@ -37,7 +37,8 @@ demo: $(STAMP)
 	$(PY) -m qwenref.demo
 
 # The style checks (ruff for Python, clang-format for CUDA: one style, configured in
-# pyproject.toml and .clang-format) and the compile table go first and pytest last, so the log ends on pytest's summary line;
+# pyproject.toml and .clang-format) and the compile check (every kernel for every target, then
+# each file as it is on disk) go first and pytest last, so the log ends on pytest's summary line;
 # --durations shows what eats CI's 10-minute budget for the whole test command.
 # Notebooks are checked with nbval in lax mode: every cell must run without error; only cells
 # marked `# NBVAL_CHECK_OUTPUT` must reproduce their committed output.
