@@ -25,6 +25,7 @@ __all__ = [
     "results_path",
     "load_results",
     "load_samples",
+    "recorded_samples",
     "Records",
     "recorded",
     "live_wanted",
@@ -62,6 +63,27 @@ def load_results(name="nvidia-h200.json"):
 def load_samples(name="nvidia-h200.npz"):
     p = results_path(name)
     return dict(np.load(p)) if p else {}
+
+
+def recorded_samples(stage, kernels):
+    """{kernel: (golden, gpu, shapes)} of the bench's recorded sample pairs (results/*.npz,
+    keyed "<i>|<stage>|<kernel>", i the run's index in the results file) for those kernels of
+    the stage; the runs of one kernel at several sizes are concatenated and their shapes
+    listed. Empty when nothing was recorded."""
+    s = load_samples()
+    runs = (load_results() or {}).get("runs", [])
+    out = {}
+    for key in s.get("run_keys", []):
+        i, st, kernel = str(key).split("|", 2)
+        if st == stage and kernel in kernels and f"{i}_golden" in s:
+            g, d, shapes = out.get(kernel, (np.empty(0, np.float32), np.empty(0, np.float32), []))
+            shape = runs[int(i)].get("shape", {}) if int(i) < len(runs) else {}
+            out[kernel] = (
+                np.concatenate([g, s[f"{i}_golden"]]),
+                np.concatenate([d, s[f"{i}_gpu"]]),
+                shapes + [shape],
+            )
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
