@@ -37,8 +37,9 @@ demo: $(STAMP)
 	$(PY) -m qwenref.demo
 
 # The style checks (ruff for Python, clang-format for CUDA: one style, configured in
-# pyproject.toml and .clang-format) and the compile table go first and pytest last, so the log ends on pytest's summary line;
-# --durations shows what eats CI's 10-minute budget for the whole test command.
+# pyproject.toml and .clang-format) and the compile check (every kernel for every target, then
+# each file as it is on disk) go first and pytest last, so the log ends on pytest's summary
+# line; --durations names the slowest tests.
 # Notebooks are checked with nbval in lax mode: every cell must run without error; only cells
 # marked `# NBVAL_CHECK_OUTPUT` must reproduce their committed output.
 test: $(STAMP)
@@ -52,8 +53,8 @@ test: $(STAMP)
 compile-check: $(STAMP)
 	$(PY) -m qwenref.gpu.compile_check
 
-# The deliberate GPU step, on a machine with CuPy and a GPU (no venv: the GPU machine has its
-# packages preinstalled and reaches no registry): GPU tests first (no point timing a wrong
+# The deliberate GPU step, on a machine with CuPy and a GPU (no venv: it runs $(PYTHON) with
+# the packages installed there): GPU tests first (no point timing a wrong
 # kernel), then the benchmark into results/, then the notebooks executed IN PLACE so their
 # committed outputs come from a GPU run (a failing one is not written back). The bench refuses
 # to record without QWENREF_COMMIT=<sha of the commit being measured>.
@@ -67,12 +68,12 @@ gpu-refresh:
 # gpu-refresh): make sanitize TOOL=memcheck|racecheck|initcheck|synccheck. CuPy's memory pool
 # is off and kernels carry line info; the summary goes into results/sanitizer-<device>.json
 # (one entry per tool, merged; needs QWENREF_COMMIT=<sha> where there is no .git), and nothing
-# is written when the run did not start. A machine runs a command for at most 10 minutes and
-# the sanitizer slows each kernel 10-100x, so the default is time-aware: SELECT=quick runs each
-# test function with every value of each parameter once (about 40% of the stage tests; every
-# rung, cache kind and shape value still runs), and BUDGET=450 skips the tests that would start
-# after 450 s (counted as budget_skipped). SELECT=all with SHARD=1/3, 2/3, 3/3 (one call each)
-# runs everything; K="norm or wht" narrows to tests matching a pytest -k expression.
+# is written when the run did not start. The sanitizer slows each kernel 10-100x, so the
+# default run is short: SELECT=quick runs each test function with every value of each parameter
+# once (about 40% of the stage tests; every rung, cache kind and shape value still runs), and
+# BUDGET=450 skips the tests that would start after 450 s (counted as budget_skipped). SELECT=all
+# with SHARD=1/3, 2/3, 3/3 (three runs, which may go side by side) runs everything;
+# K="norm or wht" narrows to tests matching a pytest -k expression.
 TOOL   ?= memcheck
 SELECT ?= quick
 BUDGET ?= 450

@@ -19,10 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
+from . import floor
+
 __all__ = [
     "results_path",
     "load_results",
     "load_samples",
+    "recorded_samples",
     "Records",
     "recorded",
     "live_wanted",
@@ -62,14 +65,36 @@ def load_samples(name="nvidia-h200.npz"):
     return dict(np.load(p)) if p else {}
 
 
+def recorded_samples(stage, kernels):
+    """{kernel: (golden, gpu, shapes)} of the bench's recorded sample pairs (results/*.npz,
+    keyed "<i>|<stage>|<kernel>", i the run's index in the results file) for those kernels of
+    the stage; the runs of one kernel at several sizes are concatenated and their shapes
+    listed. Empty when nothing was recorded."""
+    s = load_samples()
+    runs = (load_results() or {}).get("runs", [])
+    out = {}
+    for key in s.get("run_keys", []):
+        i, st, kernel = str(key).split("|", 2)
+        if st == stage and kernel in kernels and f"{i}_golden" in s:
+            g, d, shapes = out.get(kernel, (np.empty(0, np.float32), np.empty(0, np.float32), []))
+            shape = runs[int(i)].get("shape", {}) if int(i) < len(runs) else {}
+            out[kernel] = (
+                np.concatenate([g, s[f"{i}_golden"]]),
+                np.concatenate([d, s[f"{i}_gpu"]]),
+                shapes + [shape],
+            )
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Records:
-    """Runs (bench records) with the copy rate of the run that measured them and a line saying
-    where and when that was."""
+    """Runs (bench records) with the copy rate of the run that measured them, a line saying
+    where and when that was, and the L2 size of that device (None: not recorded)."""
 
     runs: tuple
     copy_gbps: float
     source: str
+    l2_bytes: int | None = None
 
     def where(self, **fields):
         """The runs whose fields (or shape fields) equal the given values."""
@@ -77,7 +102,7 @@ class Records:
         def ok(r):
             return all(r.get(k, r.get("shape", {}).get(k)) == v for k, v in fields.items())
 
-        return Records(tuple(r for r in self.runs if ok(r)), self.copy_gbps, self.source)
+        return dataclasses.replace(self, runs=tuple(r for r in self.runs if ok(r)))
 
     def __len__(self):
         return len(self.runs)
@@ -106,7 +131,7 @@ def recorded(select, name="nvidia-h200.json"):
         if runs
         else f"no runs recorded in results/{name}"
     )
-    return Records(runs, float(res.get("copy_gbps", np.nan)), src)
+    return Records(runs, float(res.get("copy_gbps", np.nan)), src, res.get("l2_bytes"))
 
 
 def _measure(cases, quick=True):
@@ -118,7 +143,7 @@ def _measure(cases, quick=True):
         for fn, kw in cases:
             fn(ctx, **kw)
     src = f"measured just now on {ctx.device} (quick bench settings)"
-    return Records(tuple(ctx.runs), ctx.copy_gbps, src)
+    return Records(tuple(ctx.runs), ctx.copy_gbps, src, ctx.l2)
 
 
 def _is_family(family, sweep=None):
@@ -136,7 +161,7 @@ def ladder_records(family, live=None, sweep=None):
 
     recs = _measure(ladder_cases(family, sweep))
     keep = _is_family(family, sweep)
-    return Records(tuple(r for r in recs.runs if keep(r)), recs.copy_gbps, recs.source)
+    return dataclasses.replace(recs, runs=tuple(r for r in recs.runs if keep(r)))
 
 
 def stage_records(stage, live=None, kernel=None):
@@ -156,7 +181,7 @@ def stage_records(stage, live=None, kernel=None):
 
     cases = [(lambda c, f=f: f(c), {}) for st, _, _, f in case_list(True) if st == stage]
     recs = _measure(cases)
-    return Records(tuple(r for r in recs.runs if keep(r)), recs.copy_gbps, recs.source)
+    return dataclasses.replace(recs, runs=tuple(r for r in recs.runs if keep(r)))
 
 
 def _tag(r):
@@ -280,7 +305,7 @@ def _size(r):
 
 def print_ladder(recs):
     """One line per run, sizes ascending: rung, kernel, size, µs, % of copy, % of floor,
-    × rung 0; a run above its floor is marked (its bytes came partly from the L2)."""
+    × rung 0; a run above its floor is tagged with its reason (qwenref.floor's rule)."""
     print(recs.source)
     v0 = {_size(r): r["median_us"] for r in recs.runs if r.get("rung") == 0}
     order = sorted(recs.runs, key=lambda r: (str(_tag(r)), r.get("bytes", 0), r.get("rung", 0)))
@@ -288,28 +313,19 @@ def print_ladder(recs):
         base = v0.get(_size(r))
         speed = f"{base / r['median_us']:7.1f}x" if base and r.get("median_us") else "      -"
         pf = r.get("pct_of_floor")
+        why = floor.floor_reason(r, recs.l2_bytes)
         print(
             f"rung {r.get('rung')}  {str(r.get('kernel')):<28} {_size(r):<28} "
             f"{r.get('median_us', np.nan):10.2f} us {r.get('pct_of_copy', np.nan):5.1f}% copy "
             + (f"{pf:5.1f}% floor " if pf is not None else "")
             + f"{speed} rung 0"
-            + _floor_note(r)
+            + (f"  <- above its floor: {floor.REASONS[why]}" if why else "")
         )
 
 
-def _floor_note(r):
-    pf = r.get("pct_of_floor") or 0
-    if pf <= 100.0:
-        return ""
-    return "  <- above its floor: " + ("timing spread" if pf < 105.0 else "bytes from the L2")
-
-
 def above_floor(recs):
-    """The runs faster than their read floor. The floor reads its bytes from DRAM (its buffers
-    rotate past 2 x L2); a run beats it by more than the timing spread (a few %) only when
-    some of its bytes came from the L2 (an input reused between calls, or a working set
-    smaller than the L2)."""
-    return [r for r in recs.runs if (r.get("pct_of_floor") or 0) > 100.0]
+    """The runs of recs faster than their read floor (qwenref.floor.above_floor)."""
+    return floor.above_floor(recs.runs)
 
 
 def best_rungs(recs):

@@ -17,6 +17,8 @@ import math
 import sys
 from pathlib import Path
 
+from . import floor
+
 __all__ = ["STAGE_ORDER", "render", "load", "main", "run_timing", "copy_rate"]
 
 # the bench's pipeline stages, in the order a decode step runs them (gemv before layer)
@@ -97,7 +99,13 @@ def _table(head, rows):
     return out
 
 
-def _numbers(run, *cols):
+def _floor_cell(run, l2):
+    """% of floor, and above 100 % the reason by qwenref.floor's rule (l2: the L2's bytes)."""
+    why = floor.floor_reason(run, l2)
+    return _pct(run.get("pct_of_floor")) + (f" ({floor.REASONS[why]})" if why else "")
+
+
+def _numbers(run, *cols, l2=None):
     """Cells of `cols` for one run; an error run says so in its first number cell."""
     if run.get("error"):
         return ["ERROR: " + str(run["error"])] + [""] * (len(cols) - 1)
@@ -105,7 +113,7 @@ def _numbers(run, *cols):
         "us": lambda r: _sig(r.get("median_us"), 4),
         "gbps": lambda r: _sig(r.get("gbps"), 4),
         "copy": lambda r: _pct(r.get("pct_of_copy")),
-        "floor": lambda r: _pct(r.get("pct_of_floor")),
+        "floor": lambda r: _floor_cell(r, l2),
         "err": lambda r: (
             _err(r.get("rel_err"))
             + ("" if r.get("ok", True) else f" (over tol {_err(r.get('tol'))})")
@@ -127,7 +135,7 @@ def _shape_line(runs, what):
     return text, tuple(common)
 
 
-def _stage_table(runs, common):
+def _stage_table(runs, common, l2=None):
     floor = any("pct_of_floor" in r for r in runs)
     peer = any("peer" in r for r in runs)
     multi = len(_commits(runs)) > 1
@@ -137,7 +145,8 @@ def _stage_table(runs, common):
     rows = []
     for r in runs:
         cols = ("us", "gbps", "copy") + (("floor",) if floor else ()) + ("err",)
-        row = [r.get("kernel", "?"), _shape(r.get("shape"), common) or "-"] + _numbers(r, *cols)
+        row = [r.get("kernel", "?"), _shape(r.get("shape"), common) or "-"]
+        row += _numbers(r, *cols, l2=l2)
         if peer:
             row += (
                 [r["peer"], _sig(r.get("peer_median_us"), 4), _speed(r.get("speedup"))]
@@ -156,7 +165,7 @@ def _speed(v):
     return f"{v:.0f}×" if abs(v) >= 100 else f"{v:.2f}×"
 
 
-def _ladder_table(runs, common):
+def _ladder_table(runs, common, l2=None):
     """One family's rungs, grouped by shape (in file order), each shape's rungs ascending."""
     shapes = list(dict.fromkeys(_shape(r.get("shape")) for r in runs))
     order = sorted(runs, key=lambda r: (shapes.index(_shape(r.get("shape"))), r.get("rung", 0)))
@@ -172,7 +181,7 @@ def _ladder_table(runs, common):
         b, us = base.get(_shape(r.get("shape"))), r.get("median_us")
         speed = _speed(b / us) if b and _num(us) and us > 0 else "-"
         cols = ("us", "copy") + (("floor",) if floor else ()) + ("err",)
-        nums = _numbers(r, *cols)
+        nums = _numbers(r, *cols, l2=l2)
         rows.append(
             [str(r.get("rung", "?")), r.get("kernel", "?"), _shape(r.get("shape"), common) or "-"]
             + nums[:-1]
@@ -206,8 +215,10 @@ _LADDER_INTRO = (
     "fast kernels (the other `kernels_cuda/<stage>*.cu`: `attention_v1.cu`, `attention_mma.cu` "
     "and `attention_combine.cu` for attention); ✓ marks the rung the wrappers run by default. "
     '"% of floor" is the time of one launch that only reads the same bytes '
-    "(`kernels_cuda/stream.cu`) over the rung's time; \"× rung 0\" is rung 0's time over this "
-    "rung's, at the same shape."
+    "(`kernels_cuda/stream.cu`) over the rung's time; above 100 it carries its likely reason, "
+    "by one rule (`qwenref/floor.py`): bytes from the L2 when the run's bytes fit in the L2, "
+    "timing spread when they do not and the run is at most 3 % above its floor, not explained "
+    "by the L2 beyond that. \"× rung 0\" is rung 0's time over this rung's, at the same shape."
 )
 
 
@@ -253,7 +264,7 @@ def render(doc, source="results/nvidia-h200.json"):
     for st in sorted(dict.fromkeys(r.get("stage", "?") for r in plain), key=_stage_key):
         sr = [r for r in plain if r.get("stage", "?") == st]
         text, common = _shape_line(sr, "run")
-        lines += ["", f"## {st}", "", text, ""] + _stage_table(sr, common)
+        lines += ["", f"## {st}", "", text, ""] + _stage_table(sr, common, doc.get("l2_bytes"))
     ladder = [r for r in runs if _is_ladder(r)]
     if ladder:
         lines += ["", "## Ladders", "", _LADDER_INTRO]
@@ -265,7 +276,7 @@ def render(doc, source="results/nvidia-h200.json"):
             st = fr[0].get("stage", "?")
             text, common = _shape_line(fr, "rung")
             lines += ["", f"### {fam}" + ("" if fam == st else f" ({st})"), "", text, ""]
-            lines += _ladder_table(fr, common)
+            lines += _ladder_table(fr, common, doc.get("l2_bytes"))
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,8 @@
 """Every kernels_cuda/*.cu builds with nvcc for every architecture in compile_check.ARCHS (CI
-has nvcc, no GPU), as the text NVRTC compiles (headers pasted in), and the ptxas report parser
-reads what nvcc prints. The builds come from compile_check's cache: `make test` runs
-compile_check first, so these tests read its results instead of building everything again."""
+has nvcc, no GPU), as the text NVRTC compiles (headers pasted in), and once more as the file on
+disk (`nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -cubin`); the ptxas report parser reads what
+nvcc prints. The builds come from compile_check's cache: `make test` runs compile_check first,
+so these tests read its results instead of building everything again."""
 
 import functools
 import re
@@ -33,13 +34,18 @@ def declared_kernels(source: str) -> set:
 
 
 @functools.lru_cache(maxsize=None)
-def _results() -> dict:
-    """Every file's build, all at once on the first call: cached ones are read, the others
-    built in parallel (a test run on its own, without compile_check before it)."""
-    res = compile_check.check_files(
+def _both() -> tuple:
+    """Every file's builds (pasted, every arch; as a file, sm_90), all at once on the first
+    call: cached ones are read, the others built in one pool (a test run on its own, without
+    compile_check before it)."""
+    res, files = compile_check.check_all(
         CU_FILES, NVCC, compile_check.ARCHS, compile_check.default_cache_dir()
     )
-    return {r.name: r for r in res}
+    return {r.name: r for r in res}, {b.name: b for b in files}
+
+
+def _results() -> dict:
+    return _both()[0]
 
 
 @needs_nvcc
@@ -57,6 +63,50 @@ def test_kernel_compiles(cu, arch):
     assert declared <= reported, (
         f"{cu.name} ({arch}): declared {sorted(declared)}, ptxas saw {sorted(reported)}"
     )
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cu", CU_FILES, ids=[p.name for p in CU_FILES])
+def test_kernel_compiles_as_the_file_on_disk(cu):
+    """nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -cubin X.cu: the headers found by -I, each
+    included as often as the includes say (include guards), as a reader builds a file by hand."""
+    b = _both()[1][cu.name]
+    assert b.ok and b.arch == "sm_90", f"{cu.name} does not compile as a file:\n{b.messages}"
+
+
+def test_every_kernel_file_is_checked():
+    """compile_check's default files are every kernels_cuda/*.cu, found anew each run: a file
+    added there is checked (pasted and as a file) without being listed anywhere."""
+    assert compile_check._kernel_files([]) == CU_FILES
+    assert len(CU_FILES) >= 19
+
+
+@needs_nvcc
+def test_as_file_check_catches_a_missing_include_guard(tmp_path, monkeypatch):
+    """A header without its guard, included twice (directly and through another header): the
+    pasted text has it once and builds, the file on disk redefines it and fails, and the check
+    says so; with the guard both build. The as-file results are cached like the pasted ones."""
+    from qwenref.gpu import _runtime
+
+    kdir, cache = tmp_path / "kernels_cuda", tmp_path / "cache"
+    kdir.mkdir()
+    (kdir / "one.cuh").write_text("__device__ inline float one() { return 1.0f; }\n")
+    (kdir / "two.cuh").write_text('#include "one.cuh"\n')
+    (kdir / "k.cu").write_text(
+        '#include "one.cuh"\n#include "two.cuh"\n'
+        'extern "C" __global__ void k(float* x) { x[0] = one(); }\n'
+    )
+    monkeypatch.setattr(_runtime, "kernels_dir", lambda: kdir)
+    run = lambda: compile_check.check_all([kdir / "k.cu"], NVCC, ("sm_90",), cache)
+    (pasted,), (as_file,) = run()
+    assert pasted.ok and not as_file.ok and "already been defined" in as_file.messages, as_file
+    assert as_file.messages.startswith("kernels_cuda/one.cuh"), as_file.messages  # no tmp path
+    (kdir / "one.cuh").write_text(
+        "#ifndef ONE_CUH\n#define ONE_CUH\n__device__ inline float one() { return 1.0f; }\n#endif\n"
+    )
+    (pasted,), (as_file,) = run()
+    assert pasted.ok and as_file.ok and not as_file.cached
+    assert run()[1][0].cached
 
 
 @needs_nvcc
@@ -218,7 +268,7 @@ def test_cli_prints_the_mma_smem_table(monkeypatch, capsys):
         "attention_mma.cu", True, kernels={a: [] for a in compile_check.ARCHS}
     )
     monkeypatch.setattr(compile_check, "find_nvcc", lambda: "nvcc")
-    monkeypatch.setattr(compile_check, "check_files", lambda paths, *a: [res])
+    monkeypatch.setattr(compile_check, "check_all", lambda paths, *a: ([res], []))
     assert compile_check.main(["--no-cache", str(ROOT / "kernels_cuda" / "attention_mma.cu")]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^  sm_86 +101376 B: 7 of 8 fit; over", out, re.M), out

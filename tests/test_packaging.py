@@ -117,6 +117,19 @@ def test_demo_runs():
     assert errs == sorted(errs) and errs[0] > 0, rows
 
 
+def test_readme_library_snippet_prints_what_it_says():
+    """The README's "As a library" snippet runs and prints the lines its closing comments show."""
+    readme = (ROOT / "README.md").read_text()
+    part = readme[readme.index("## As a library") :]
+    code = re.search(r"```python\n(.*?)```", part, re.S).group(1)
+    shown = [
+        l[2:] for l in code.splitlines() if l.startswith("# prefill:") or l.startswith("# decode:")
+    ]
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert shown and r.stdout.splitlines() == shown, r.stdout
+
+
 def _write_nb(path, sources):
     import nbformat
 

@@ -1,9 +1,11 @@
 """Time decode attention on the GPU: v1 (CUDA cores) vs mma (tensor cores) partials, the whole
 decode (partials + combine), and torch SDPA (bf16, GQA) as the peer, against a >= 1 GiB
-device-to-device copy measured in the same run. Writes JSON to $OUT (or ./) and prints a table.
+device-to-device copy measured in the same run. Writes tune_attention<TAG>.json into --out (a
+folder, default the current one) and prints a table.
 
     python -m qwenref.dev.tune_attention [--T 4096,32768,131072] [--nb 1,4] [--reps 21]
                                          [--opts -DMMA_NSTAGE=3,...] [--no-sdpa] [--floor]
+                                         [--tag TAG] [--out DIR]
 
 Shape: the Qwen3.5-27B full-attention layer (24 q heads, 4 kv heads, head_dim 256), q8 cache.
 Timing (qwenref.timing): every measured launch is one of a CUDA graph of launches rotating over
@@ -45,7 +47,8 @@ def main(argv=None):
     ap.add_argument("--splits", default="auto,x2", help="mma split counts: auto, x2, x0.5, or ints")
     ap.add_argument("--no-sdpa", action="store_true")
     ap.add_argument("--floor", action="store_true", help="time a read-only stream of the bytes")
-    ap.add_argument("--tag", default="")
+    ap.add_argument("--tag", default="", help="appended to the JSON file's name")
+    ap.add_argument("--out", default=".", help="folder the JSON file goes into (default: .)")
     args = ap.parse_args(argv)
 
     import qwenref
@@ -55,7 +58,7 @@ def main(argv=None):
 
     cp = cupy()
     opts = tuple(o for o in args.opts.split(",") if o)  # passed to every call as options=
-    out_dir = os.environ.get("OUT", ".")
+    out_dir = args.out
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     l2 = timing.l2_bytes()
     res = {
@@ -243,6 +246,7 @@ def main(argv=None):
         caches = None
         cp.get_default_memory_pool().free_all_blocks()
 
+    os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"tune_attention{args.tag}.json")
     with open(path, "w") as f:
         json.dump(res, f, indent=1)

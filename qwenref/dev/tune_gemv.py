@@ -22,7 +22,7 @@ from .. import timing
 from ..bench.cases_gemv import PROJS
 from ..bench.counting import bytes_gemv_q8, bytes_linear
 from ..gpu import gemv as G
-from ..gpu._runtime import _include_opts, cupy, kernel_source, module
+from ..gpu._runtime import cupy, include_opts, kernel_source, module
 
 SHAPES = list(PROJS)
 BATCHES = 15  # fewer than the bench's 25: a sweep times many variants
@@ -101,7 +101,7 @@ def main(argv=None):
     old = None
     if args.old:
         old = cp.RawModule(
-            code=open(args.old).read(), options=("--std=c++17", "-default-device", *_include_opts())
+            code=open(args.old).read(), options=("--std=c++17", "-default-device", *include_opts())
         )
     nbs = [int(v) for v in args.nbs.split(",")]
     rows = []

@@ -57,11 +57,6 @@ def _check_positions(positions, nb=None):
     return positions
 
 
-def _float_input(name, x):
-    """x as given (RoPE computes in float64 from it): a floating array, every value finite."""
-    return check_finite(name, real_array(name, x, ints=False))
-
-
 def _inv_freq(rotary_dim, theta):
     i = np.arange(rotary_dim // 2, dtype=np.float64)  # [rd/2]
     return np.float64(theta) ** (-2.0 * i / rotary_dim)

@@ -8,15 +8,15 @@ import os
 import re
 from pathlib import Path
 
-_PKG = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the qwenref package's folder
 
 
 def kernels_dir() -> Path:
     """kernels_cuda/: shipped inside the package when installed, at the repo root in a checkout."""
-    for cand in (_PKG / "kernels_cuda", _PKG.parent / "kernels_cuda"):
+    for cand in (PACKAGE_DIR / "kernels_cuda", PACKAGE_DIR.parent / "kernels_cuda"):
         if cand.is_dir() and any(cand.glob("*.cu")):
             return cand
-    raise FileNotFoundError(f"kernels_cuda/ not found next to {_PKG}")
+    raise FileNotFoundError(f"kernels_cuda/ not found next to {PACKAGE_DIR}")
 
 
 _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([\w.-]+\.cuh)"[ \t]*$', re.M)
@@ -77,14 +77,15 @@ def module(name: str, options: tuple = ()):
     """kernels_cuda/<name>.cu compiled by NVRTC once per process (CuPy also caches on disk).
     Under compute-sanitizer (QWENREF_SANITIZE=1) with line info, so reports name source lines."""
     cp = cupy()
-    opts = ("--std=c++17", "-default-device", *_include_opts()) + tuple(options)
+    opts = ("--std=c++17", "-default-device", *include_opts()) + tuple(options)
     if os.environ.get("QWENREF_SANITIZE") == "1":
         opts += ("-lineinfo",)
     return cp.RawModule(code=kernel_source(name), options=opts, name_expressions=None)
 
 
-def _include_opts():
-    """NVRTC needs the toolkit's include dir for cuda_fp16.h / cuda_bf16.h."""
+def include_opts():
+    """NVRTC's -I option for the toolkit's include dir (cuda_fp16.h / cuda_bf16.h), as a tuple
+    (empty when no toolkit is found)."""
     cands = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
     try:
         import cupy as cp

@@ -1,5 +1,5 @@
 """Compile every kernels_cuda/*.cu with nvcc for each GPU architecture a learner may own from
-sm_80 on, and print each kernel's resource use.
+sm_80 on, and print each kernel's resource use; then compile each file again as it is on disk.
 
     python -m qwenref.gpu.compile_check [--no-cache] [--arch sm_XX ...] [FILE.cu ...]
 
@@ -17,14 +17,21 @@ the architectures, so `make test`'s pytest run reuses this run's builds instead 
 them. It prints the sm_90 resource table, one line per arch (kernels, most registers, spilling
 kernels, failed files) and, when attention_mma.cu is among the files, one line per arch saying
 which mma attention kernels fit the dynamic shared memory a block may opt into there (the plan
-runs v1 instead of the others: qwenref/gpu/attention_plan.py). Exit status: 1 if any file fails
-to compile for any architecture, 0 otherwise (also when nvcc is absent: then it says it
-skipped).
+runs v1 instead of the others: qwenref/gpu/attention_plan.py).
+
+Each file of kernels_cuda/ is also compiled as the file on disk, the way a reader builds one by
+hand: `nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -cubin X.cu` (AS_FILE_FLAGS). This checks
+what pasting hides: a header without its include guard, or one that does not compile where it
+is included. Both checks share one pool of `--jobs` nvcc processes, the longest builds first,
+and the same cache. Every *.cu in kernels_cuda/ is checked, so a new file is picked up by
+itself. Exit status: 1 if any file fails to compile for any architecture or as a file, 0
+otherwise (also when nvcc is absent: then it says it skipped).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -45,8 +52,11 @@ __all__ = [
     "FileResult",
     "parse_ptxas",
     "find_nvcc",
-    "compile_file",
     "check_files",
+    "AS_FILE_FLAGS",
+    "FileBuild",
+    "check_as_files",
+    "check_all",
     "default_cache_dir",
     "SMEM_OPTIN",
     "mma_smem_requests",
@@ -60,6 +70,8 @@ ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 ARCH = "sm_90"  # the per-kernel table's architecture: the kernels are tuned on an H200
 FLAGS = ("-std=c++17", "-Xptxas", "-v")
 _CACHE_FORMAT = 1  # bump when the JSON layout changes, so old entries miss
+# the as-file build: one arch (ARCH), the headers found through -I kernels_cuda, a cubin
+AS_FILE_FLAGS = ("-std=c++17", "-cubin")
 
 # Shared memory one block may opt into per architecture (cudaDevAttrMaxSharedMemoryPerBlockOptin;
 # CUDA C++ Programming Guide, technical specifications per compute capability): what the plan
@@ -166,15 +178,6 @@ def _nvcc(path: Path, nvcc: str, archs) -> tuple[int, str]:
     return r.returncode, r.stdout + r.stderr
 
 
-def compile_file(
-    path: Path, nvcc: str = "nvcc", archs=(ARCH,)
-) -> tuple[bool, list[KernelInfo], str]:
-    """(ok, kernels of every arch, nvcc's messages other than ptxas info) for one .cu file as it
-    is on disk, built by one nvcc for all `archs`; no cache."""
-    rc, text = _nvcc(Path(path), nvcc, archs)
-    return rc == 0, parse_ptxas(text), _messages(text)
-
-
 def _build(path: Path, nvcc: str, archs) -> FileResult:
     """One nvcc for all archs; only when that fails, one per arch to say which ones fail (a
     front-end error fails them all, a PTX feature only the older ones)."""
@@ -222,10 +225,11 @@ def default_cache_dir() -> Path:
     `make clean` empties it), else ~/.cache/qwenref/compile_check."""
     if env := os.environ.get("QWENREF_COMPILE_CACHE"):
         return Path(env)
-    from ._runtime import _PKG
+    from ._runtime import PACKAGE_DIR
 
-    if (_PKG.parent / "pyproject.toml").is_file() and (_PKG.parent / "kernels_cuda").is_dir():
-        return _PKG.parent / "build" / "compile_check"
+    repo = PACKAGE_DIR.parent
+    if (repo / "pyproject.toml").is_file() and (repo / "kernels_cuda").is_dir():
+        return repo / "build" / "compile_check"
     return Path.home() / ".cache" / "qwenref" / "compile_check"
 
 
@@ -291,20 +295,123 @@ def _check_one(path: Path, nvcc: str, archs, cache_dir: Path | None) -> FileResu
     return res
 
 
+def _in_pool(tasks, jobs):
+    """Run the callables of tasks [(weight, fn)], `jobs` (default: CPU count) at a time, the
+    heaviest first so the long builds do not end up alone at the tail; results in task order."""
+    order = sorted(range(len(tasks)), key=lambda i: -tasks[i][0])
+    out: list = [None] * len(tasks)
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        futs = {i: pool.submit(tasks[i][1]) for i in order}
+        for i, f in futs.items():
+            out[i] = f.result()
+    return out
+
+
+def _pasted_tasks(paths, nvcc, archs, cache_dir):
+    return [
+        (p.stat().st_size * len(archs), functools.partial(_check_one, p, nvcc, archs, cache_dir))
+        for p in paths
+    ]
+
+
 def check_files(
     paths, nvcc: str, archs=ARCHS, cache_dir: Path | None = None, jobs: int | None = None
 ) -> list[FileResult]:
     """Every file for every arch, from the cache where the key matches, else built: one nvcc
-    per file, `jobs` (default: CPU count) at a time, largest source first so the long builds
-    do not end up alone at the tail."""
+    per file, `jobs` (default: CPU count) at a time, largest source first."""
+    return _in_pool(_pasted_tasks([Path(p) for p in paths], nvcc, tuple(archs), cache_dir), jobs)
+
+
+# ---- each file as it is on disk -------------------------------------------------------------
+
+
+@dataclass
+class FileBuild:
+    """One file of kernels_cuda/ compiled as it is on disk (AS_FILE_FLAGS, -I its folder)."""
+
+    name: str
+    ok: bool
+    arch: str = ARCH
+    messages: str = ""  # nvcc's output: errors and warnings
+    seconds: float = 0.0  # nvcc time when it was built
+    cached: bool = False  # True when this run read it from the cache
+
+
+def _build_as_file(path: Path, nvcc: str, arch: str) -> FileBuild:
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            nvcc,
+            f"-arch={arch}",
+            *AS_FILE_FLAGS,
+            "-I",
+            str(path.parent),
+            "-o",
+            os.path.join(tmp, path.stem + ".cubin"),
+            str(path),
+        ]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    text = "\n".join(l for l in (r.stdout + r.stderr).splitlines() if l.strip())
+    text = text.replace(str(path.parent), path.parent.name)  # kernels_cuda/x.cu(12): ...
+    return FileBuild(path.name, r.returncode == 0, arch, text, round(time.perf_counter() - t0, 2))
+
+
+def _check_as_file(path: Path, nvcc: str, arch: str, cache_dir: Path | None) -> FileBuild:
+    """path built as a file, cached like the pasted builds: the key hashes the pasted text
+    (the file with every header it includes), so a changed header rebuilds it too."""
+    from ._runtime import kernel_source
+
+    entry = None
+    if cache_dir is not None and _in_kernels_dir(path):
+        try:
+            text = kernel_source(path.stem)
+        except FileNotFoundError:  # a missing header: the build says so
+            text = None
+        if text is not None:
+            key = _key("as-file " + " ".join(AS_FILE_FLAGS) + "\0" + text, nvcc, (arch,))
+            entry = cache_dir / f"{path.stem}-file-{arch[3:]}-{key[:20]}.json"
+    if entry is not None and entry.is_file():
+        try:
+            return FileBuild(**json.loads(entry.read_text()), cached=True)
+        except (ValueError, TypeError):
+            pass  # unreadable (interrupted write): rebuild
+    res = _build_as_file(path, nvcc, arch)
+    if entry is not None and res.ok:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        for old in cache_dir.glob(f"{path.stem}-file-{arch[3:]}-*.json"):
+            old.unlink(missing_ok=True)
+        d = asdict(res)
+        d.pop("cached")
+        tmp_entry = entry.with_suffix(f".{os.getpid()}.tmp")
+        tmp_entry.write_text(json.dumps(d, indent=1))
+        os.replace(tmp_entry, entry)
+    return res
+
+
+def _as_file_tasks(paths, nvcc, arch, cache_dir):
+    return [
+        (p.stat().st_size, functools.partial(_check_as_file, p, nvcc, arch, cache_dir))
+        for p in paths
+    ]
+
+
+def check_as_files(
+    paths, nvcc: str, arch: str = ARCH, cache_dir: Path | None = None, jobs: int | None = None
+) -> list[FileBuild]:
+    """Every file compiled as it is on disk for `arch` (`nvcc -arch=<arch> -std=c++17 -I <its
+    folder> -cubin`), from the cache where the key matches, `jobs` at a time."""
+    return _in_pool(_as_file_tasks([Path(p) for p in paths], nvcc, arch, cache_dir), jobs)
+
+
+def check_all(paths, nvcc, archs=ARCHS, cache_dir=None, jobs=None, file_arch=ARCH):
+    """(check_files(...), check_as_files(...)) of the same files, in one pool; the as-file
+    builds are skipped (an empty list) for files outside kernels_cuda/."""
     paths = [Path(p) for p in paths]
-    order = sorted(range(len(paths)), key=lambda i: -paths[i].stat().st_size)
-    out: list = [None] * len(paths)
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        futs = {i: pool.submit(_check_one, paths[i], nvcc, tuple(archs), cache_dir) for i in order}
-        for i, f in futs.items():
-            out[i] = f.result()
-    return out
+    on_disk = [p for p in paths if _in_kernels_dir(p)]
+    tasks = _pasted_tasks(paths, nvcc, tuple(archs), cache_dir)
+    tasks += _as_file_tasks(on_disk, nvcc, file_arch, cache_dir)
+    out = _in_pool(tasks, jobs)
+    return out[: len(paths)], out[len(paths) :]
 
 
 def mma_smem_requests() -> dict:
@@ -392,13 +499,15 @@ def main(argv: list[str] | None = None) -> int:
     table = ARCH if ARCH in archs else archs[-1]
     cache_dir = None if args.no_cache else default_cache_dir()
     t0 = time.perf_counter()
-    results = check_files(files, nvcc, archs, cache_dir, args.jobs)
+    results, as_files = check_all(files, nvcc, archs, cache_dir, args.jobs)
     wall = time.perf_counter() - t0
-    n_cached = sum(r.cached for r in results)
+    n_cached = sum(r.cached for r in results) + sum(b.cached for b in as_files)
+    n_built = len(results) + len(as_files) - n_cached
     where = f", cache {cache_dir}" if cache_dir else ""
     print(
-        f"compile_check: nvcc {' '.join(FLAGS)} for {' '.join(archs)}, {len(files)} file(s): "
-        f"{len(files) - n_cached} built, {n_cached} cached, {wall:.1f} s{where}"
+        f"compile_check: nvcc {' '.join(FLAGS)} for {' '.join(archs)}, {len(files)} file(s), "
+        f"and {len(as_files)} as on disk: {n_built} builds, {n_cached} cached, {wall:.1f} s"
+        f"{where}"
     )
     print(f"per kernel, {table}:")
     print(
@@ -424,6 +533,14 @@ def main(argv: list[str] | None = None) -> int:
         print("mma attention kernels' dynamic shared memory, per arch (what a block may opt into):")
         for line in mma_smem_table(mma_smem_requests(), archs):
             print("  " + line)
+    if as_files:
+        bad = [b for b in as_files if not b.ok]
+        print(
+            f"as files (nvcc -arch={ARCH} {' '.join(AS_FILE_FLAGS)} -I kernels_cuda): "
+            f"{len(as_files)} file(s), failed {', '.join(b.name for b in bad) or '-'}"
+        )
+        for b in bad:
+            print(f"{b.name}: FAILED TO COMPILE as a file\n{b.messages}")
     failed = [r for r in results if not r.ok]
     for r in failed:
         print(f"{r.name}: FAILED TO COMPILE for {', '.join(r.failed_archs)}")
@@ -432,9 +549,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         if r.ok and r.messages:  # warnings: shown, not fatal
             print(f"{r.name}: nvcc says:\n{r.messages}")
-    if failed:
-        which = ", ".join(f"{r.name} ({' '.join(r.failed_archs)})" for r in failed)
-        print(f"compile_check: {len(failed)} file(s) failed: {which}")
+    which = [f"{r.name} ({' '.join(r.failed_archs)})" for r in failed]
+    which += [f"{b.name} (as a file)" for b in as_files if not b.ok]
+    if which:
+        print(f"compile_check: {len(which)} build(s) failed: {', '.join(which)}")
         return 1
     return 0
 

@@ -236,10 +236,6 @@ def _launch_rung(rung, kind, x, w, d, y, resid=None):
     return _launch(kind, x, w, d, y, resid=resid)
 
 
-def _launch_q8(x, q, d, y, ends=None, mode=0, resid=None):
-    return _launch("q8", x, q, d, y, ends=ends, mode=mode, resid=resid)
-
-
 def _check_f32w(w, n_in=None):
     check_array("w", w, dtype="float32", ndim=2)
     n_out, k = w.shape

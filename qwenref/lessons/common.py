@@ -3,14 +3,14 @@ re-export these, so each notebook still imports its own module only): the bench'
 (golden, GPU) samples of a record, the error strip that keeps near-identical distributions
 apart, a few lines of a kernel excerpt, and the record printouts every ladder section ends
 with — the fastest rung at each size beside the default one, the runs above their read floor
-(bytes served partly from the L2), the stage's own runs with their % of floor, GPU-timed peers
+(each with qwenref.floor's reason), the stage's own runs with their % of floor, GPU-timed peers
 and the take-away's numbers."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import excerpts, nbutil
+from .. import excerpts, floor, nbutil
 
 __all__ = [
     "recorded_pairs",
@@ -99,7 +99,7 @@ def show_lines(excerpt, title, first, last, more=0):
 def restyle_ladder(ax, recs):
     """After nbutil.plot_ladder: the earlier rungs' markers larger and hollow, so two rungs
     at the same point (a launch-bound size) both stay visible; every run above its read floor
-    ringed, with a legend line saying what that means (print_above_floor says more)."""
+    ringed, with a legend line naming its reason (qwenref.floor; print_above_floor says more)."""
     rungs = [ln for ln in ax.get_lines() if str(ln.get_label()).startswith("rung ")]
     for i, ln in enumerate(rungs):
         ln.set_markersize(max(11 - 2.5 * i, 5))
@@ -107,7 +107,8 @@ def restyle_ladder(ax, recs):
     over = nbutil.above_floor(recs)
     if over:
         xy = [(r["bytes"], r["gbps"]) for r in over]
-        label = "above its floor: bytes partly from the L2"
+        why = dict.fromkeys(floor.REASONS[floor.floor_reason(r, recs.l2_bytes)] for r in over)
+        label = "above its floor: " + ", ".join(why)
         ax.plot(*zip(*xy), "o", ms=17, mfc="none", mec="red", mew=1.2, ls="none", label=label)
     if ax.get_legend():  # redrawn, so its markers match the lines'
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
@@ -169,20 +170,17 @@ def print_fastest(recs):
 
 
 def print_above_floor(recs, l2=None):
-    """Name every run faster than its read floor (nbutil.above_floor) with its bytes beside
-    the L2's size: a run can beat the floor, which reads from memory, only by finding part of
-    its bytes in the L2. l2: the L2's size in bytes (None: l2_bytes())."""
+    """Name every run faster than its read floor with its reason by qwenref.floor's rule, its
+    bytes beside the L2's size. l2: the L2's size in bytes (None: the records')."""
     over = nbutil.above_floor(recs)
     if not over:
         print("runs above their read floor: " + ("none" if recs.runs else "no runs recorded"))
         return
-    l2 = l2 or l2_bytes()
-    cache = f"the {l2 / 2**20:.0f} MiB L2" if l2 else "the L2"
+    l2 = l2 or recs.l2_bytes
     for r in sorted(over, key=lambda r: (r["bytes"], r.get("rung", 0))):
-        fits = "fit in" if l2 and r["bytes"] < l2 else "exceed"
         print(
             f"above its floor: rung {r.get('rung')} at {_size(r)}, {r['pct_of_floor']:.0f}% of "
-            f"floor: its {r['bytes'] / 2**20:.1f} MiB {fits} {cache}, part came from there"
+            f"floor: {floor.floor_note(r, l2)}"
         )
 
 

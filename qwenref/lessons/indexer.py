@@ -120,8 +120,9 @@ def dense_probs(q, K, t):
 
 
 # ---- scores, selection, recall ----------------------------------------------------------------
-# what a row reads from each block: the codes of selection_matrix
-FUTURE, SKIPPED, KEPT, LATEST, TAIL = range(5)
+# what a row reads from each block: the codes of selection_matrix (DENSE: a dense row's block,
+# read without a score)
+FUTURE, SKIPPED, KEPT, LATEST, TAIL, DENSE = range(6)
 
 
 def selection_matrix(iq, bkeys, R, kblk):
@@ -133,7 +134,7 @@ def selection_matrix(iq, bkeys, R, kblk):
         nc = (t + 1) // R
         idx, mask = golden.row_selection(t, iq[t], bkeys, R, kblk)
         n_vis[t] = idx.size
-        M[t, :nc] = np.where(mask, KEPT, SKIPPED)
+        M[t, :nc] = np.where(mask, KEPT, SKIPPED) if nc > kblk else DENSE
         if nc > kblk:
             M[t, nc - 1] = LATEST
         if nc < M.shape[1] and (t + 1) % R:
@@ -314,12 +315,18 @@ def plot_selection(M, kblk, R, source=GOLDEN_SOURCE):
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
-    colors = ["white", "#dddddd", "tab:blue", "tab:orange", "tab:green"]
+    colors = ["white", "#dddddd", "tab:blue", "tab:orange", "tab:green", "#a6cee3"]
     fig, ax = plt.subplots(figsize=(7, 4.0))
     ax.imshow(
-        M, aspect="auto", cmap=ListedColormap(colors), vmin=-0.5, vmax=4.5, interpolation="none"
+        M, aspect="auto", cmap=ListedColormap(colors), vmin=-0.5, vmax=5.5, interpolation="none"
     )
-    names = ["complete, skipped", "kept by score", "latest (always kept)", "tail (always seen)"]
+    names = [
+        "complete, skipped",
+        "kept by score",
+        "latest (always kept)",
+        "tail (always seen)",
+        "dense row: every complete block",
+    ]
     for c, lab in zip(colors[1:], names):
         ax.plot([], [], "s", color=c, label=lab)
     ax.axhline((kblk + 1) * R - 1.5, color="k", lw=0.8, ls="--", label="first selective row")
@@ -472,7 +479,7 @@ def indexer_ladders(live=None):
         for fn, kw in ladder_cases("select"):
             fn(ctx, **kw)
     src = f"measured just now on {ctx.device} (quick bench settings)"
-    recs = nbutil.Records(tuple(ctx.runs), ctx.copy_gbps, src)
+    recs = nbutil.Records(tuple(ctx.runs), ctx.copy_gbps, src, ctx.l2)
     return {f: recs.where(family=f, bench="ladder") for f in FAMILIES}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import nbutil
+from .. import floor, nbutil
 
 __all__ = [
     "FAMILIES",
@@ -353,7 +353,7 @@ def floor_runs(live=None, sizes=(8 << 20, 64 << 20, 256 << 20)):
                     )
                 )
     src = f"measured just now on {timing.device_name()}"
-    return nbutil.Records(tuple(runs), copy, src)
+    return nbutil.Records(tuple(runs), copy, src, l2)
 
 
 def print_floor_runs(recs):
@@ -368,25 +368,17 @@ def print_floor_runs(recs):
 
 
 def floor_flags(recs, l2=None):
-    """One line per run above 100% of its read floor (nbutil.above_floor), with its likely
-    reason: a working set that fits in the L2 (l2 bytes) was served partly from the L2; a
-    larger one up to 3% above is the noise of two separate timings (the floor is a
-    measured launch too); anything else is named as unexplained."""
+    """One line per run above 100% of its read floor with its likely reason, by
+    qwenref.floor's rule (l2: the L2 size in bytes; None: the records')."""
+    l2 = l2 or recs.l2_bytes
     lines = []
-    for r in sorted(nbutil.above_floor(recs), key=lambda r: r.get("bytes", 0)):
-        pf, nbytes = r["pct_of_floor"], r.get("bytes", 0)
-        if l2 and nbytes <= l2:
-            why = (
-                f"{nbytes / _MIB:.1f} MiB fit in the {l2 / _MIB:.0f} MiB L2: partly served from it"
-            )
-        elif l2 and pf < 103:
-            why = f"{nbytes / _MIB:.0f} MiB, more than the L2: the noise of two timings"
-        elif l2:
-            why = "not explained by the L2: look at this run"
-        else:
-            why = "the L2 size is not recorded"
+    for r in sorted(floor.above_floor(recs.runs), key=lambda r: r.get("bytes", 0)):
+        nbytes = r.get("bytes", 0)
         size = _size_text(r.get("shape", {})) or f"{nbytes / _MIB:.1f} MiB"
-        lines.append(f"{r['kernel']} at {size} reaches {pf:.0f}% of its floor (likely: {why})")
+        lines.append(
+            f"{r['kernel']} at {size} reaches {r['pct_of_floor']:.0f}% of its floor "
+            f"(likely: {floor.floor_note(r, l2)})"
+        )
     return lines
 
 
