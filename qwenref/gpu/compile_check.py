@@ -146,8 +146,23 @@ def parse_ptxas(text: str) -> list[KernelInfo]:
     return out
 
 
-def _gencode(arch: str) -> list[str]:
-    return ["-gencode", f"arch=compute_{arch[3:]},code={arch}"]
+def _gencodes(archs, text: str = "") -> list[str]:
+    """-gencode flags for archs. Targets of one family share one front-end pass (compute_80's
+    PTX for sm_80 / 86 / 89, compute_90's for sm_90 / 90a; ptxas still builds each target) when
+    the source never tests __CUDA_ARCH__, so the PTX could not differ between them: the front
+    end is most of a template-heavy file's build time (attention_mma.cu). Otherwise one pass
+    per arch."""
+    if "__CUDA_ARCH__" in text:
+        return [g for a in archs for g in ("-gencode", f"arch=compute_{a[3:]},code={a}")]
+    family: dict = {}
+    for a in archs:
+        v = "90" if a.startswith("sm_90") else "80" if a.startswith("sm_8") else a[3:]
+        family.setdefault(v, []).append(a)
+    return [
+        g
+        for v, codes in family.items()
+        for g in ("-gencode", f"arch=compute_{v},code=[{','.join(codes)}]")
+    ]
 
 
 def _messages(text: str) -> str:
@@ -168,7 +183,7 @@ def _nvcc(path: Path, nvcc: str, archs) -> tuple[int, str]:
             nvcc,
             *FLAGS,
             *threads,
-            *[g for a in archs for g in _gencode(a)],
+            *_gencodes(archs, path.read_text()),
             "-fatbin",
             "-o",
             os.path.join(tmp, path.stem + ".fatbin"),
