@@ -1,12 +1,12 @@
 """Helpers of notebooks/05_kvcache_turbo.ipynb (the turbo-n cache: a WHT rotation, then 2-8 bits):
 the format's figures, the quantization-error knob, the bits / rotation / key-or-value
-experiments, the TurboQuant comparison, the float32-rotation emulation, the append's timing
-read from records, and the exercises' checkers. Generic helpers come from kvcache_q8."""
+experiments, the figures of the tq-b section (what they show is computed in the notebook), the
+float32-rotation emulation, the append's timing read from records, and the exercises'
+checkers. Generic helpers come from kvcache_q8."""
 
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 
 import numpy as np
 
@@ -29,14 +29,10 @@ __all__ = [
     "plot_bits_experiment",
     "kv_sweep",
     "plot_kv_sweep",
-    "lloyd_max",
-    "gauss_distortion",
-    "cells_of",
-    "probe_vectors",
     "plot_rotation_probes",
-    "turboquant_mse",
-    "spark_format",
-    "plot_tq_vs_spark",
+    "plot_codebooks",
+    "plot_rate_distortion",
+    "plot_kinds_in_attention",
     "wht_f32_kernel_order",
     "code_disagreements",
     "gpu_rotation_check",
@@ -358,137 +354,138 @@ def plot_kv_sweep(score_stds, cases):
     return fig
 
 
-# ---- TurboQuant --------------------------------------------------------------------------
-_erf = np.vectorize(math.erf)
-
-
-def _pdf(t):
+# ---- tq-b: TurboQuant's quantizer as a cache kind (the notebook computes, these draw) --------
+def _normal_pdf(t):
     return np.exp(-0.5 * np.square(t)) / math.sqrt(2 * math.pi)
 
 
-def _cdf(t):
-    return 0.5 * (1 + _erf(np.asarray(t, np.float64) / math.sqrt(2)))
+SIGNED = "√d · WHT(s ⊙ x), s = tq_signs"
 
 
-def cells_of(levels):
-    """Cell edges of the nearest-level quantizer: -inf, midpoints, +inf."""
-    return np.concatenate([[-np.inf], (levels[1:] + levels[:-1]) / 2, [np.inf]])
-
-
-def gauss_distortion(levels):
-    """E (z - Q(z))² for z ~ N(0, 1), exactly, cell by cell: ∫z²φ - 2c∫zφ + c²∫φ."""
-    e = cells_of(levels)
-    a, b = e[:-1], e[1:]
-    P = _cdf(b) - _cdf(a)
-    m1 = _pdf(a) - _pdf(b)
-    zphi = lambda t: np.where(np.isfinite(t), np.nan_to_num(t) * _pdf(t), 0.0)
-    m2 = P - (zphi(b) - zphi(a))
-    return float((m2 - 2 * levels * m1 + levels**2 * P).sum())
-
-
-def lloyd_max(b, iters=50):
-    """The 2^b MSE-optimal levels for N(0, 1) by Lloyd's iteration (edges = midpoints, levels =
-    centroids (φ(a) - φ(b)) / (Φ(b) - Φ(a))), started at the quantiles of N(0, 3)."""
-    n = 2**b
-    levels = math.sqrt(3) * np.array([NormalDist().inv_cdf((i + 0.5) / n) for i in range(n)])
-    for _ in range(iters):
-        e = cells_of(levels)
-        levels = (_pdf(e[:-1]) - _pdf(e[1:])) / (_cdf(e[1:]) - _cdf(e[:-1]))
-    return levels
-
-
-def probe_vectors(d=256, seed=2):
-    """Three unit-norm probes: a random direction, a one-hot, a row of the Hadamard matrix;
-    and the random signs [d] used with them."""
-    rng = np.random.default_rng(seed)
-    signs = rng.choice(np.array([-1, 1], np.float32), d)
-    probes = {
-        "random direction": rng.standard_normal(d),
-        "one-hot": np.eye(d)[3],
-        "Hadamard row": golden.wht(np.eye(d)[5]),
-    }
-    return {k: (x / np.linalg.norm(x)).astype(np.float32) for k, x in probes.items()}, signs
-
-
-def plot_rotation_probes(probes, signs):
+def plot_rotation_probes(seen):
+    """seen {probe name: (√d·wht(x), √d·wht(s ⊙ x))}: each probe's coordinates after the
+    plain WHT and after the signed one, as histograms over N(0, 1)."""
     import matplotlib.pyplot as plt
 
-    d = signs.size
-    fig, axes = plt.subplots(1, 3, figsize=(11, 2.7), sharey=True)
+    fig, axes = plt.subplots(1, len(seen), figsize=(11, 2.7), sharey=True)
     zz, bins = np.linspace(-4, 4, 200), np.linspace(-4.2, 4.2, 43)
-    for ax, (name, x) in zip(axes, probes.items()):
-        y_fixed = golden.wht(x) * np.sqrt(d)
-        y_rand = golden.wht(signs * x) * np.sqrt(d)
-        ax.hist(
-            np.clip(y_fixed, -4.1, 4.1), bins=bins, density=True, alpha=0.5, label="√d · WHT(x)"
-        )
-        ax.hist(
-            np.clip(y_rand, -4.1, 4.1),
-            bins=bins,
-            density=True,
-            histtype="step",
-            lw=1.5,
-            label="√d · WHT(s∘x)",
-        )
-        ax.plot(zz, _pdf(zz), "k:", lw=1, label="N(0, 1)")
-        if np.abs(y_fixed).max() > 4.1:  # a spike the clipped axis cannot show
-            top = float(np.abs(y_fixed).max())
-            ax.annotate(
-                f"1 value at {top:.0f}",
-                xy=(4.1, 0.02),
-                xytext=(0.8, 1.5),
-                arrowprops=dict(arrowstyle="->"),
-                fontsize=8,
-            )
-        ax.set_title(f"{name}: max|√d·WHT(x)| = {np.abs(y_fixed).max():.1f}", fontsize=9)
+    for ax, (name, (y_fixed, y_signed)) in zip(axes, seen.items()):
+        kw = dict(bins=bins, density=True)
+        ax.hist(np.clip(y_fixed, -4.1, 4.1), alpha=0.5, label="√d · WHT(x)", **kw)
+        ax.hist(np.clip(y_signed, -4.1, 4.1), histtype="step", lw=1.5, label=SIGNED, **kw)
+        ax.plot(zz, _normal_pdf(zz), "k:", lw=1, label="N(0, 1)")
+        top = float(np.abs(y_fixed).max())
+        if top > 4.1:  # a spike the clipped axis cannot show
+            arrow = dict(arrowstyle="->")
+            ax.annotate(f"1 value at {top:.0f}", (4.1, 0.02), (0.8, 1.5), arrowprops=arrow, size=8)
+        ax.set_title(f"{name}: max|√d·WHT(x)| = {top:.1f}", fontsize=9)
         ax.set_xlabel("coordinate × √d (clipped at ±4.1)")
     axes[0].set_ylabel("density")
     legend_outside(axes[-1])
     fig.tight_layout()
-    note(axes[0], GOLDEN_NOTE + "; probe_vectors(seed=2)")
+    note(axes[0], GOLDEN_NOTE + "; golden.wht, golden.wht_signed")
     return fig
 
 
-def turboquant_mse(X, levels, signs):
-    """TurboQuant-MSE with random signs + WHT: X [N, d] unit rows -> X̂ (nearest Lloyd-Max level
-    per coordinate, scaled by 1/√d; the norm kept in float32)."""
-    d = X.shape[-1]
-    nrm = np.linalg.norm(X.astype(np.float64), axis=-1, keepdims=True).astype(np.float32)
-    y = golden.wht(signs * (X / nrm)) * np.float32(np.sqrt(d))  # ~ N(0, 1) per coordinate
-    idx = np.searchsorted(cells_of(levels)[1:-1], y)
-    yh = levels[idx].astype(np.float32) / np.float32(np.sqrt(d))
-    return signs * golden.wht(yh) * nrm
-
-
-def spark_format(X, b):
-    """This cache's turbo-b: the fixed WHT, golden.turbo_quantize (per-16 float16 scales), back."""
-    return golden.wht(golden.turbo_dequantize(*golden.turbo_quantize(golden.wht(X), b), b))
-
-
-def plot_tq_vs_spark(B, tq, spark, d=256):
+def plot_codebooks(u, u_raw, codebooks):
+    """Left: the unit-rms coordinates of the vectors without rotation (log density). Then one
+    panel per codebook {bits: levels}: the histogram of the rotated coordinates u, N(0, 1),
+    the levels (red) and the cell edges between them (grey)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    bb = np.array(B)
-    bound = np.sqrt(3) * np.pi / 2 * 4.0**-bb
-    axes[0].plot(bb, bound, "k--", label="TurboQuant bound (√3π/2)·4^-b")
-    axes[0].plot(bb, 4.0**-bb, "k:", label="lower bound 4^-b (any quantizer)")
-    axes[0].plot(bb, [tq[b] for b in B], "C0-o", label="TurboQuant-MSE (signs + WHT, Lloyd–Max)")
-    axes[0].plot(bb, [spark[b] for b in B], "C3-s", label="turbo-b, this cache (WHT, per-16 scale)")
-    axes[0].set_xlabel("code bits b per coordinate (scale / norm not counted)")
-    axes[0].set_title("at equal code bits", fontsize=9)
-    axes[1].plot(bb + 32 / d, bound, "k--")
-    axes[1].plot(bb + 32 / d, [tq[b] for b in B], "C0-o")
-    axes[1].plot(bb + 1, [spark[b] for b in B], "C3-s")
-    axes[1].set_xlabel("total bits per value (TurboQuant b + 32/d, turbo-b b + 1)")
-    axes[1].set_title("at equal storage", fontsize=9)
-    for ax in axes:
-        ax.set_yscale("log")
-        ax.set_ylabel("E‖x − x̂‖²  (unit x, d = 256)")
-        ax.grid(alpha=0.3, which="both")
-    legend_outside(axes[1], handles=axes[0].get_lines())
+    fig, axes = plt.subplots(1, 1 + len(codebooks), figsize=(12, 2.9))
+    zz = np.linspace(-4.5, 4.5, 300)
+    lim = float(np.abs(u_raw).max()) * 1.05
+    axes[0].hist(u_raw.ravel(), bins=np.linspace(-lim, lim, 121), density=True, color="0.6")
+    axes[0].set_yscale("log")
+    axes[0].set(title="without rotation: x·√n/‖x‖", xlabel="coordinate", ylabel="density")
+    axes[0].title.set_fontsize(9)
+    for ax, (b, cb) in zip(axes[1:], codebooks.items()):
+        ax.hist(u.ravel(), bins=np.linspace(-4.5, 4.5, 91), density=True, alpha=0.45, label="u")
+        ax.plot(zz, _normal_pdf(zz), "k:", lw=1, label="N(0, 1)")
+        for t in (cb[1:] + cb[:-1]) / 2:
+            ax.axvline(t, color="0.55", lw=0.7, ls="--")
+        ax.plot(cb, np.zeros_like(cb), "rv", ms=6, clip_on=False, label="levels C")
+        for c in cb:
+            ax.axvline(c, color="C3", lw=0.9, alpha=0.7)
+        ax.set(xlim=(-4.5, 4.5), ylim=(0, 0.5))
+        ax.set_title(f"tq{b}: {cb.size} levels over u = y·√n/‖y‖", fontsize=9)
+        ax.set_xlabel("u (grey dashed: cell edges)")
+    legend_outside(axes[-1])
     fig.tight_layout()
-    note(axes[0], GOLDEN_NOTE + "; 1024 random unit vectors (seed=3)")
+    note(axes[0], GOLDEN_NOTE + "; golden.tq_codebook, golden.wht_signed")
+    return fig
+
+
+def plot_rate_distortion(rd, d_lm, shannon_bits=(1, 9.2)):
+    """One panel: relative MSE against bits per value with the scales counted. rd {kind: (bits,
+    rel. MSE)} (turbo-n and tq-b kinds), d_lm {b: the normal's Lloyd–Max distortion at b bits},
+    and the Shannon bound 4^-R of a normal source."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    r = np.linspace(*shannon_bits, 100)
+    ax.plot(r, 4.0**-r, "k-", lw=1, label="Shannon bound 4^-R (normal source)")
+    lm = "Lloyd–Max on N(0, 1), no scale (b bits)"
+    ax.plot(list(d_lm), list(d_lm.values()), "kD", mfc="none", ms=6, label=lm)
+    for fam, style, lab in (
+        ("turbo", "C3-s", "turbo-n: groups of 16, f16 scale (n + 1 bits)"),
+        ("tq", "C0-o", "tq-b: one codebook, one f16 γ (b + 16/n bits)"),
+    ):
+        pts = sorted(v for k, v in rd.items() if k.startswith(fam))
+        ax.plot(*zip(*pts), style, label=lab)
+    for k, (x, y) in rd.items():
+        ax.annotate(k, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xlabel("bits per value, scales counted (n = head_dim = 256)")
+    ax.set_ylabel("relative MSE ‖x̂ − x‖² / ‖x‖²")
+    ax.set_title("rate–distortion at equal storage (1024 vectors, 4 channels ×10)", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    legend_outside(ax)
+    note(ax, GOLDEN_NOTE + "; golden.tq_quantize, golden.turbo_quantize")
+    return fig
+
+
+def plot_kinds_in_attention(bits, err, weights, threshold=0.5, exact=0.75):
+    """Left: attention output rel. error per cache kind against its bits per value ({kind: x}),
+    the turbo and tq kinds joined by lines. Right: each needle's softmax weight per kind (one
+    dot per needle query), the share above threshold written over each kind."""
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 3.8), gridspec_kw=dict(width_ratios=[1, 1.3]))
+    floor = 2e-3  # below: drawn on the bottom edge, its value written (f32: rounding only)
+    for fam, style in (("turbo", "C3-s"), ("tq", "C0-o")):
+        ks = sorted((k for k in err if k.startswith(fam)), key=bits.get)
+        a.plot([bits[k] for k in ks], [err[k] for k in ks], style, label=f"{fam} kinds")
+    for k in err:
+        y = max(err[k], floor)
+        if not k.startswith(("turbo", "tq")):
+            a.plot(bits[k], y, "k^" if err[k] >= floor else "kv", mfc="none", clip_on=False)
+        text = k if err[k] >= floor else f"{k}: {err[k]:.0e}"
+        off = (4, -10) if k.startswith("tq") else (4, 4)  # tq labels below their points
+        a.annotate(text, (bits[k], y), xytext=off, textcoords="offset points", fontsize=7)
+    a.set_xscale("log", base=2)
+    a.set_xticks([2, 3, 4, 5, 8, 16, 32], ["2", "3", "4", "5", "8", "16", "32"])
+    a.set(yscale="log", ylim=(floor, 2), xlabel="bits per value, scales counted")
+    a.set_ylabel("attention output rel. error")
+    a.set_title("attention error per kind (score std 2.5, T = 512)", fontsize=9)
+    a.grid(alpha=0.3, which="both")
+    a.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0, 0.08))
+    kinds = list(weights)
+    jitter = np.random.default_rng(0).uniform(-0.25, 0.25, len(weights[kinds[0]]))
+    for i, k in enumerate(kinds):
+        w = np.asarray(weights[k])
+        color = "C0" if k.startswith("tq") else "C3" if k.startswith("turbo") else "0.3"
+        b.plot(i + jitter, w, ".", ms=3, color=color)
+        b.text(i, 1.02, f"{np.mean(w > threshold):.0%}", ha="center", fontsize=7)
+    b.axhline(threshold, color="k", lw=0.8, ls="--", label=f"recall: weight > {threshold:g}")
+    b.axhline(exact, color="0.5", lw=0.8, ls=":", label=f"exact keys: {exact:g}")
+    b.set_xticks(range(len(kinds)), kinds, rotation=45, fontsize=8)
+    b.set(ylim=(0, 1.1), ylabel="softmax weight on the needle")
+    b.set_title("needle recall per kind (share above the dashed line on top)", fontsize=9)
+    legend_outside(b)
+    fig.tight_layout()
+    note(a, GOLDEN_NOTE + "; golden.KVCache, golden.decode_attention")
     return fig
 
 
