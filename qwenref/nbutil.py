@@ -24,6 +24,7 @@ from .nbrecords import (
     plot_splits,
     print_ladder,
     recorded,
+    recorded_pairs,
     recorded_samples,
     results_path,
     stage_records,
@@ -51,6 +52,7 @@ __all__ = [
     "plot_splits",
     "print_ladder",
     "recorded",
+    "recorded_pairs",
     "recorded_samples",
     "stage_records",
 ]

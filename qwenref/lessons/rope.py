@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import golden, nbutil
+from ..nbutil import recorded_pairs
 from .common import (
     error_strip,
     print_above_floor,
     print_fastest,
     print_peers,
     print_stage,
-    recorded_pairs,
     restyle_ladder,
     show_lines,
     source_below,
