@@ -27,6 +27,7 @@ __all__ = [
     "load_samples",
     "recorded_samples",
     "recorded_pairs",
+    "run_samples",
     "Records",
     "recorded",
     "live_wanted",
@@ -103,6 +104,16 @@ def recorded_pairs(recs):
                 if label not in best or r["bytes"] > best[label][0]:
                     best[label] = (r["bytes"], samples[f"{i}_golden"], samples[f"{i}_gpu"])
     return {k: (g, x) for k, (_, g, x) in sorted(best.items())}
+
+
+def run_samples(run):
+    """The (golden, GPU) value samples the bench recorded with this run, or (None, None)."""
+    res = load_results() or {}
+    for i, r in enumerate(res.get("runs", [])):
+        if r == run:
+            smp = load_samples()
+            return smp.get(f"{i}_golden"), smp.get(f"{i}_gpu")
+    return None, None
 
 
 @dataclasses.dataclass(frozen=True)
