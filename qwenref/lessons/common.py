@@ -18,7 +18,6 @@ __all__ = [
     "source_below",
     "show_lines",
     "restyle_ladder",
-    "l2_bytes",
     "print_fastest",
     "print_above_floor",
     "print_stage",
@@ -93,15 +92,6 @@ def restyle_ladder(ax, recs):
     if ax.get_legend():  # redrawn, so its markers match the lines'
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return ax
-
-
-def l2_bytes(live=None):
-    """The L2 size of the device the records come from (None when not recorded)."""
-    if nbutil.live_wanted(live):
-        from .. import timing
-
-        return timing.l2_bytes()
-    return (nbutil.load_results() or {}).get("l2_bytes")
 
 
 def _size(r):
