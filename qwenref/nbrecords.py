@@ -26,6 +26,8 @@ __all__ = [
     "load_results",
     "load_samples",
     "recorded_samples",
+    "recorded_pairs",
+    "run_samples",
     "Records",
     "recorded",
     "live_wanted",
@@ -84,6 +86,34 @@ def recorded_samples(stage, kernels):
                 shapes + [shape],
             )
     return out
+
+
+def recorded_pairs(recs):
+    """{rung label: (golden, gpu)} value samples the bench stored beside the records
+    (results/*.npz; the largest recorded size of each rung); {} when none were stored."""
+    res, samples = load_results() or {}, load_samples()
+    runs = res.get("runs", [])
+    keys = [str(k) for k in samples.get("run_keys", [])]
+    best = {}
+    for r in recs.runs:
+        if r in runs:
+            i = runs.index(r)
+            ok = i < len(keys) and keys[i].startswith(f"{i}|{r['stage']}|")
+            if ok and f"{i}_golden" in samples:
+                label = f"rung {r.get('rung')}: {r['kernel']}"
+                if label not in best or r["bytes"] > best[label][0]:
+                    best[label] = (r["bytes"], samples[f"{i}_golden"], samples[f"{i}_gpu"])
+    return {k: (g, x) for k, (_, g, x) in sorted(best.items())}
+
+
+def run_samples(run):
+    """The (golden, GPU) value samples the bench recorded with this run, or (None, None)."""
+    res = load_results() or {}
+    for i, r in enumerate(res.get("runs", [])):
+        if r == run:
+            smp = load_samples()
+            return smp.get(f"{i}_golden"), smp.get(f"{i}_gpu")
+    return None, None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The rules every committed notebook keeps, so a learner's path stays readable: short cells,
 short outputs, nothing on stderr, the same opening box and closing sections, no machine's
-paths and no documents the repository does not hold. (nbval checks that the cells run;
-test_browser that they render.)"""
+paths and no documents the repository does not hold, and one lesson module imported under one
+name, `lesson`. (nbval checks that the cells run; test_browser that they render.)"""
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -18,6 +19,10 @@ MAX_OUTPUT_LINES = 60  # about one screen
 ABS_PATH = re.compile(r"(?<![\w.:/~-])/[\w.-]+/[\w.-]+")
 # a Markdown document named by file name: it must be one of the repo's
 DOC = re.compile(r"\b([\w/.-]+\.md)\b")
+LESSONS = "qwenref.lessons"
+# notebooks that still import their lesson modules otherwise, to be converted (the list only
+# shrinks): 05 imports two lesson modules, 06 names its module `lessons`
+KNOWN_LESSON_IMPORTS = {"05_kvcache_turbo.ipynb", "06_indexer.ipynb"}
 
 
 def _cells(nb):
@@ -72,3 +77,43 @@ def test_speaks_of_itself_alone(nb):
             assert not m, f"{nb.name} cell {i}: an absolute path {m.group(0)!r}"
             for d in DOC.findall(t):
                 assert Path(d).name in docs, f"{nb.name} cell {i}: cites {d}, not in the repo"
+
+
+def _lesson_imports(nb):
+    """[(lesson module, the name it is bound to)] of every import of qwenref.lessons in the
+    notebook's code cells (IPython's % and ! lines left out); names taken out of a lesson
+    module (`from qwenref.lessons.x import f`) are bound to no module name: (x, None)."""
+    found = []
+    for i, c in enumerate(_cells(nb)):
+        if c["cell_type"] != "code":
+            continue
+        lines = _text(c).splitlines()
+        src = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in lines)
+        try:
+            tree = ast.parse(src)
+        except SyntaxError as e:
+            pytest.fail(f"{nb.name} cell {i}: not Python ({e})")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found += [
+                    (a.name.removeprefix(LESSONS + "."), a.asname)
+                    for a in node.names
+                    if a.name.startswith(LESSONS + ".")
+                ]
+            elif isinstance(node, ast.ImportFrom) and node.module == LESSONS:
+                found += [(a.name, a.asname) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(LESSONS + "."):
+                found.append((node.module.removeprefix(LESSONS + "."), None))
+    return found
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
+def test_imports_one_lesson_module_as_lesson(nb):
+    """A notebook's lesson module (its drawings and printouts) is one module, always called
+    `lesson`, so a reader knows what `lesson.` names without looking it up."""
+    found = _lesson_imports(nb)
+    ok = len({m for m, _ in found}) <= 1 and all(name == "lesson" for _, name in found)
+    if nb.name in KNOWN_LESSON_IMPORTS:
+        assert not ok, f"{nb.name} keeps the rule now: take it off KNOWN_LESSON_IMPORTS"
+        return
+    assert ok, f"{nb.name}: lesson imports (module, name) {found}; want one module, as `lesson`"

@@ -1,7 +1,10 @@
 """The package's shape, checked: imports point one way (no cycles, counting imports inside
-functions too), no module reaches into another's private names (`_name`), and no source file
-is over the line budget. Private modules (`_runtime`, `_args`, ...) are the exception to the
-second rule: inside the package their names are public.
+functions too), no module reaches into another's private names (`_name`), no source file is
+over the line budget, and a lesson module (qwenref/lessons/, a notebook's drawings and
+printouts) imports only the library: nothing from qwenref.bench and no other lesson module but
+lessons.common, the lesson modules' shared drawing and printing home. Private modules
+(`_runtime`, `_args`, ...) are the exception to the second rule: inside the package their
+names are public.
 
 KNOWN lists the violations there are today, each as the exact string the checks report; they
 are being removed, and a check fails on
@@ -17,12 +20,25 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "qwenref"
 MAX_LINES = 600
 
-# Violations that remain, to be removed (not to be added to): files over the line budget.
+# Violations that remain, to be removed (not to be added to): lesson modules that still import
+# the bench or another lesson module.
 KNOWN = {
     "private": set(),
     "cycle": set(),
     "long": set(),
+    "lesson": {
+        "qwenref.lessons.indexer imports qwenref.bench.context",
+        "qwenref.lessons.indexer imports qwenref.bench.ladder",
+        "qwenref.lessons.kvcache_turbo imports qwenref.lessons.kvcache_q8",
+        "qwenref.lessons.layer imports qwenref.bench.counting",
+        "qwenref.lessons.layer imports qwenref.bench.inputs",
+        "qwenref.lessons.layer imports qwenref.bench.tolerances",
+        "qwenref.lessons.layer imports qwenref.lessons.attention",
+        "qwenref.lessons.layer imports qwenref.lessons.parity",
+    },
 }
+LESSONS = "qwenref.lessons"
+SHARED_LESSON = "qwenref.lessons.common"  # the one lesson module the others may import
 
 
 def _modules():
@@ -129,6 +145,21 @@ def _cycles():
     return cycles
 
 
+def _lesson_imports():
+    """{"<lesson module> imports <module>": [lines]} for each import of a lesson module that
+    reaches into qwenref.bench, or into another lesson module than lessons.common."""
+    found = {}
+    for mod in MODULES:
+        if not mod.startswith(LESSONS + "."):
+            continue
+        for target, _, line in _imports(mod):
+            bench = target == "qwenref.bench" or target.startswith("qwenref.bench.")
+            lesson = target.startswith(LESSONS + ".") and target not in (mod, SHARED_LESSON)
+            if bench or lesson:
+                found.setdefault(f"{mod} imports {target}", []).append(line)
+    return found
+
+
 def _sources():
     return sorted(list(PKG.rglob("*.py")) + list((ROOT / "kernels_cuda").glob("*.cu*")))
 
@@ -161,11 +192,25 @@ def test_no_source_file_is_over_the_line_budget():
     assert not new, "\n".join(new)
 
 
+def test_lesson_modules_import_only_the_library():
+    found = _lesson_imports()
+    new = [
+        f"{v} (line {', '.join(map(str, found[v]))})" for v in sorted(set(found) - KNOWN["lesson"])
+    ]
+    assert not new, (
+        "lesson modules importing the bench or another lesson module (the computation belongs in "
+        "the notebook's cells or the library, shared drawing in lessons.common):\n" + "\n".join(new)
+    )
+
+
 @pytest.mark.parametrize("kind", sorted(KNOWN))
 def test_known_violations_are_still_there(kind):
     """A KNOWN entry that the checks no longer report was fixed: take it off the list."""
-    found = {"private": set(_private_uses()), "cycle": set(_cycles()), "long": set(_long_files())}[
-        kind
-    ]
+    found = {
+        "private": set(_private_uses()),
+        "cycle": set(_cycles()),
+        "long": set(_long_files()),
+        "lesson": set(_lesson_imports()),
+    }[kind]
     gone = sorted(KNOWN[kind] - found)
     assert not gone, f"fixed, remove from KNOWN[{kind!r}]:\n" + "\n".join(gone)

@@ -1,10 +1,9 @@
 """What the lesson modules of more than one notebook share (lessons.rope and lessons.wht
-re-export these, so each notebook still imports its own module only): the bench's stored
-(golden, GPU) samples of a record, the error strip that keeps near-identical distributions
-apart, a few lines of a kernel excerpt, and the record printouts every ladder section ends
-with — the fastest rung at each size beside the default one, the runs above their read floor
-(each with qwenref.floor's reason), the stage's own runs with their % of floor, GPU-timed peers
-and the take-away's numbers."""
+re-export these, so each notebook still imports its own module only): the error strip that
+keeps near-identical distributions apart, a few lines of a kernel excerpt, and the record
+printouts every ladder section ends with — the fastest rung at each size beside the default
+one, the runs above their read floor (each with qwenref.floor's reason), the stage's own runs
+with their % of floor, GPU-timed peers and the take-away's numbers."""
 
 from __future__ import annotations
 
@@ -13,38 +12,18 @@ import numpy as np
 from .. import excerpts, floor, nbutil
 
 __all__ = [
-    "recorded_pairs",
     "error_strip",
     "caption",
     "side_legend",
     "source_below",
     "show_lines",
     "restyle_ladder",
-    "l2_bytes",
     "print_fastest",
     "print_above_floor",
     "print_stage",
     "print_peers",
     "takeaway",
 ]
-
-
-def recorded_pairs(recs):
-    """{rung label: (golden, gpu)} value samples the bench stored beside the records
-    (results/*.npz; the largest recorded size of each rung); {} when none were stored."""
-    res, samples = nbutil.load_results() or {}, nbutil.load_samples()
-    runs = res.get("runs", [])
-    keys = [str(k) for k in samples.get("run_keys", [])]
-    best = {}
-    for r in recs.runs:
-        if r in runs:
-            i = runs.index(r)
-            ok = i < len(keys) and keys[i].startswith(f"{i}|{r['stage']}|")
-            if ok and f"{i}_golden" in samples:
-                label = f"rung {r.get('rung')}: {r['kernel']}"
-                if label not in best or r["bytes"] > best[label][0]:
-                    best[label] = (r["bytes"], samples[f"{i}_golden"], samples[f"{i}_gpu"])
-    return {k: (g, x) for k, (_, g, x) in sorted(best.items())}
 
 
 def error_strip(ax, rows, title="", edge=1e-9):
@@ -113,15 +92,6 @@ def restyle_ladder(ax, recs):
     if ax.get_legend():  # redrawn, so its markers match the lines'
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return ax
-
-
-def l2_bytes(live=None):
-    """The L2 size of the device the records come from (None when not recorded)."""
-    if nbutil.live_wanted(live):
-        from .. import timing
-
-        return timing.l2_bytes()
-    return (nbutil.load_results() or {}).get("l2_bytes")
 
 
 def _size(r):
