@@ -10,10 +10,11 @@ import pytest
 
 from qwenref.gpu import indexer as I
 from qwenref.gpu.indexer import MAX_BLOCKS, select_kernel_name
+from qwenref.gpu.rungs import kernel_module
 
 KDIR = Path(__file__).resolve().parent.parent / "kernels_cuda"
-SRC = (KDIR / f"{I._SELECT_MODULE}.cu").read_text()
-SRC_V1 = (KDIR / "indexer.cu").read_text()
+SRC = (KDIR / f"{kernel_module('select', 'v1')}.cu").read_text()
+SRC_V1 = (KDIR / f"{kernel_module('block_scores', 'v1')}.cu").read_text()
 ITEMS = {int(i) for i in re.findall(r"^SELECT_KERNELS\((\d+)\)", SRC, re.M)}
 
 

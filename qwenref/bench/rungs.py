@@ -1,6 +1,7 @@
-"""The ladder's machinery: which module owns each kernel family's rungs, the fields a rung's
-record carries, and ladder_runs, which checks and times every rung of one family at one size
-beside its read floor. The cases that call it live in ladder.py."""
+"""The ladder's machinery: each kernel family's rungs and default as the rung table holds them
+(qwenref/gpu/rungs.py), the fields a rung's record carries, and ladder_runs, which checks and
+times every rung of one family at one size beside its read floor. The cases that call it live
+in ladder.py."""
 
 from __future__ import annotations
 
@@ -10,31 +11,21 @@ import traceback
 import numpy as np
 
 from .. import timing
+from ..gpu import rungs as registry
 from .records import error_run, make_run, rel_err
 
 __all__ = ["FAMILY_MODULE", "family_rungs", "rung_fields", "ladder_runs", "rotated_copies"]
 
-FAMILY_MODULE = {
-    "rms_norm": "norm",
-    "add_rms_norm": "norm",
-    "qk_norm_rope": "rope",
-    "wht": "wht",
-    "q8_append": "kvcache",
-    "turbo_append": "kvcache",
-    "update_block_keys": "indexer",
-    "block_scores": "indexer",
-    "select": "indexer",
-    "attention": "attention",
-    "gemv": "gemv",
-}
+# {family: its qwenref.gpu module} of the families the ladder records (a view of the table)
+FAMILY_MODULE = registry.ladder_families()
 
 
 def family_rungs(family):
     """(rung names in teaching order, the stage module) of a kernel family."""
     import importlib
 
-    mod = importlib.import_module(f"qwenref.gpu.{FAMILY_MODULE[family]}")
-    return tuple(mod.RUNGS[family]), mod
+    fam = registry.family(family)
+    return fam.rungs, importlib.import_module(f"qwenref.gpu.{fam.module}")
 
 
 def rung_fields(family, impl, default, **kshape):

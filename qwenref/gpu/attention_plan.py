@@ -40,6 +40,7 @@ from .attention_splits import (
     device_limits,
     mma_n_splits,
 )
+from .rungs import defaults_of, family, rungs_of
 
 __all__ = [
     "AttentionPlan",
@@ -85,11 +86,12 @@ KIND_PAIRS = {
 HEAD_DIMS = (64, 128, 256)
 _DEFAULT_SHAPE = (256, 6)  # attention.cuh's ATTN_HD, ATTN_NREP defaults: no -D options
 
-IMPLS = ("v0", "v1", "mma")  # impl= values (None = choose_impl); v0 has no partials
-# The family's rungs in teaching order, and the default: None = chosen per call by choose_impl
-# ("mma" where it applies, else "v1"); v0 is never chosen, only asked for.
-RUNGS = {"attention": IMPLS}
-DEFAULT_RUNG = {"attention": None}
+# The family's rungs in teaching order and its default, views of the rung table
+# (qwenref/gpu/rungs.py): the default is None, chosen per call by plan() ("mma" where it
+# applies, else "v1"); v0 is never chosen, only asked for.
+RUNGS = rungs_of("attention")
+DEFAULT_RUNG = defaults_of("attention")
+IMPLS = RUNGS["attention"]  # impl= values (None: plan() picks); v0 has no partials
 MMA_HEAD_DIMS = (128, 256)  # attn_partials_<kind>_mma_n<NT8>: no sparse V, dense / nb 1
 MMA_MAX_COLS = 32  # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
 # (k side, v side) -> the mma kernels' <kind> (attention_mma.cu's ATTN_PARTIALS_MMA_KIND list):
@@ -101,7 +103,7 @@ MMA_KINDS = {
 }
 # the kernels_cuda module (NVRTC compiles each alone) of each rung's kernel, and the combine's;
 # a plan's options go to its rung's module, the combine's module takes none
-KERNEL_MODULE = {"v0": "attention_v0", "v1": "attention_v1", "mma": "attention_mma"}
+KERNEL_MODULE = dict(family("attention").kernels)
 COMBINE_KERNEL = "attn_combine"  # the combine kernel after v1 / mma partials
 COMBINE_MODULE = "attention_combine"
 

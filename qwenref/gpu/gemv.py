@@ -22,6 +22,7 @@ import numpy as np
 
 from .._args import int_arg
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung, type_name
+from .rungs import defaults_of, kernel_module, rungs_of
 
 __all__ = [
     "linear",
@@ -34,8 +35,8 @@ __all__ = [
     "pick_kernel",
 ]
 
-RUNGS = {"gemv": ("v0", "v1")}
-DEFAULT_RUNG = {"gemv": "v1"}
+RUNGS = rungs_of("gemv")  # views of the rung table (qwenref/gpu/rungs.py)
+DEFAULT_RUNG = defaults_of("gemv")
 
 _MAX_NB = 8  # gemv_{q8,f32}_nb1 .. _nb8
 
@@ -188,7 +189,7 @@ def _launch(kind, x, w, d, y, ends=None, mode=0, resid=None):
         n = min(_MAX_NB, nb - b0)
         rows, threads, name = pick_kernel(kind, n, n_out)
         xs = x[b0 : b0 + n]  # contiguous rows, 16-byte aligned
-        _k(name)(
+        kernel(kernel_module("gemv", "v1"), name)(
             ((n_out + rows - 1) // rows,),
             (threads,),
             (
@@ -221,7 +222,7 @@ def _launch_v0(kind, x, w, d, y, resid=None):
         return y
     rs = cp.uint64(0) if resid is None else resid  # NULL: no residual
     wd = (w,) if d is None else (w, d)
-    kernel("gemv_v0", f"gemv_{kind}_v0")(
+    kernel(kernel_module("gemv", "v0"), f"gemv_{kind}_v0")(
         ((nb * n_out + 7) // 8,),
         (256,),
         (x, *wd, y, rs, cp.int32(nb), cp.int32(n_in), cp.int32(n_out)),

@@ -30,6 +30,7 @@ from ..config import AttnConfig
 from ..layout import blocks_completing
 from ._runtime import check_array, kernel, out_array, resolve_rung, type_name
 from .kvcache import KVCache
+from .rungs import defaults_of, kernel_module, rungs_of
 
 __all__ = [
     "indexer_queries",
@@ -45,15 +46,15 @@ __all__ = [
     "MAX_IHD",
 ]
 
-# each family's rungs in teaching order; select_rows runs block_scores and select of one rung
-RUNGS = {"update_block_keys": ("v0", "v1"), "block_scores": ("v0", "v1"), "select": ("v0", "v1")}
-DEFAULT_RUNG = {"update_block_keys": "v1", "block_scores": "v1", "select": "v1"}
+# each family's rungs in teaching order, views of the rung table (qwenref/gpu/rungs.py);
+# select_rows runs block_scores and select of one rung
+RUNGS = rungs_of("indexer")
+DEFAULT_RUNG = defaults_of("indexer")
 
 MAX_IHD = 512  # MAX_IHD in indexer.cu (the norm/RoPE vector lives in smem)
 _SEL_THREADS = 256  # SEL_THREADS in indexer_select.cu
 MAX_BLOCKS = 8192  # SEL_MAX_BLOCKS in indexer_select.cu
 _SCORE_WARPS = 16  # block keys per scoring CTA (512 threads): SCORE_WARPS in indexer.cu
-_SELECT_MODULE = "indexer_select"  # the v1 selection kernels' module (the rest: "indexer")
 _SMEM_LIMIT = 48 * 1024  # the scoring kernels' q rows: inh * ihd float64
 _V0_THREADS = 128  # threads per CTA of update_block_keys_v0 and block_scores_v0
 
@@ -208,13 +209,13 @@ def _launch_block_keys(rung, idx_keys, ihd, R, j0, nj, k_norm_w, cfg, blk_keys):
         blk_keys,
     )
     if rung == "v0":
-        kernel("indexer_v0", "update_block_keys_v0")(
+        kernel(kernel_module("update_block_keys", rung), "update_block_keys_v0")(
             (-(-nj // _V0_THREADS),),
             (_V0_THREADS,),
             (idx_keys, np.int32(ihd), np.int32(R), np.int32(j0), np.int32(nj), *norm_rope),
         )
     else:
-        kernel("indexer", "indexer_block_keys")(
+        kernel(kernel_module("update_block_keys", rung), "indexer_block_keys")(
             (nj,), (128,), (idx_keys, np.int32(ihd), np.int32(R), np.int32(j0), *norm_rope)
         )
 
@@ -244,10 +245,11 @@ def _check_scoring(q, cache, base_pos, cfg=None):
 def _launch_scores(rung, q, blk_keys, nb, inh, ihd, nblk, base_pos, R, out):
     args = (q, blk_keys, np.int32(inh), np.int32(ihd), np.int32(nblk), np.int32(base_pos))
     args += (np.int32(R), np.float64(ihd**-0.5), out)
+    module = kernel_module("block_scores", rung)
     if rung == "v0":
-        kernel("indexer_v0", "block_scores_v0")((-(-nblk // _V0_THREADS), nb), (_V0_THREADS,), args)
+        kernel(module, "block_scores_v0")((-(-nblk // _V0_THREADS), nb), (_V0_THREADS,), args)
     else:
-        kernel("indexer", "indexer_block_scores")(
+        kernel(module, "indexer_block_scores")(
             (-(-nblk // _SCORE_WARPS), nb), (32 * _SCORE_WARPS,), args, shared_mem=inh * ihd * 8
         )
 
@@ -336,9 +338,10 @@ def _launch_select(rung, scores, nb, nblk, base_pos, R, kblk, sel_idx, sel_n, ma
         mask,
     )
     if rung == "v0":
-        kernel("indexer_v0", "select_v0")((nb,), (1,), args)  # a thread per row
+        kernel(kernel_module("select", rung), "select_v0")((nb,), (1,), args)  # a thread per row
     else:
-        kernel(_SELECT_MODULE, select_kernel_name(nblk, kblk))((nb,), (_SEL_THREADS,), args)
+        kern = kernel(kernel_module("select", rung), select_kernel_name(nblk, kblk))
+        kern((nb,), (_SEL_THREADS,), args)
 
 
 def select_kernel_name(nblk, kblk):

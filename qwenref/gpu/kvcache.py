@@ -22,6 +22,7 @@ from ..golden.kvcache import KVCache as GoldenKVCache
 from ..kvcache_base import KVCacheBase
 from ..layout import CACHE_KINDS, Q8_GROUP, TURBO_GROUP, check_gpu_kind, turbo_bits
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
+from .rungs import defaults_of, kernel_module, rungs_of
 
 __all__ = [
     "CACHE_KINDS",
@@ -46,12 +47,13 @@ def _grid(work, per_block):
 
 
 def _k(fn):
+    """A kernel of kvcache.cu: the formats' kernels and the f32 / bf16 copies of every rung."""
     return kernel("kvcache", fn)
 
 
 # ---- rungs ----------------------------------------------------------------------------------
-RUNGS = {"q8_append": ("v0", "v1"), "turbo_append": ("v0", "v1")}
-DEFAULT_RUNG = {"q8_append": "v1", "turbo_append": "v1"}
+RUNGS = rungs_of("kvcache")  # views of the rung table (qwenref/gpu/rungs.py)
+DEFAULT_RUNG = defaults_of("kvcache")
 _V0_TURBO_MAX_HD = 256  # turbo_append_v0 holds a row in a 256-float local array
 
 
@@ -198,7 +200,7 @@ def _side_append(side, store, x, t0, max_t, store1=None, x1=None):
         store1, x1 = store, x
     if side == "q8":
         units = sides * rows * (hd // 8)  # 8 values per thread
-        _k("kv_append_q8")(
+        kernel(kernel_module("q8_append", "v1"), "kv_append_q8")(
             _grid(units, _THREADS),
             block,
             (x, store["q"], store["d"], x1, store1["q"], store1["d"], *dims, np.int32(sides)),
@@ -207,7 +209,7 @@ def _side_append(side, store, x, t0, max_t, store1=None, x1=None):
         e = max(4, hd // 32)  # values per lane (wht.cu layout)
         per_warp = (32 // (hd // e)) * (1 if e >= 16 else 16 // e)  # rows per warp step
         warps = -(-sides * rows // per_warp)
-        _k(f"kv_append_turbo_n{hd}")(
+        kernel(kernel_module("turbo_append", "v1"), f"kv_append_turbo_n{hd}")(
             _grid(warps, _THREADS // 32),
             block,
             (
@@ -237,10 +239,11 @@ def _side_append_v0(side, store, x, t0, max_t):
     dims = (np.int32(nb), np.int32(nkv), np.int32(hd), np.int32(max_t), np.int32(t0))
     if side == "q8":
         grid = _grid(nb * nkv * (hd // Q8_GROUP), _THREADS)
-        kernel("kvcache_v0", "q8_append_v0")(grid, (_THREADS,), (x, store["q"], store["d"], *dims))
+        kern = kernel(kernel_module("q8_append", "v0"), "q8_append_v0")
+        kern(grid, (_THREADS,), (x, store["q"], store["d"], *dims))
     else:
         grid = _grid(nb * nkv, _THREADS)
-        kernel("kvcache_v0", "turbo_append_v0")(
+        kernel(kernel_module("turbo_append", "v0"), "turbo_append_v0")(
             grid, (_THREADS,), (x, store["codes"], store["d"], *dims, np.int32(turbo_bits(side)))
         )
 

@@ -15,19 +15,20 @@ import numpy as np
 
 from .._args import bool_arg, finite_float_arg
 from ._runtime import check_array, kernel, out_array, resolve_rung
+from .rungs import defaults_of, kernel_module, rungs_of
 
 __all__ = ["rms_norm", "add_rms_norm", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
 
 _MAX_GRID = 1 << 20  # the kernels grid-stride over rows past this
 _V0_THREADS = 128  # v0: one thread per row
 
-RUNGS = {"rms_norm": ("v0", "v1"), "add_rms_norm": ("v0", "v1")}
-DEFAULT_RUNG = {"rms_norm": "v1", "add_rms_norm": "v1"}
-_KERNELS = {
-    ("rms_norm", "v0"): ("norm_v0", "rms_norm_v0"),
-    ("rms_norm", "v1"): ("norm", "rms_norm_f32"),
-    ("add_rms_norm", "v0"): ("norm_v0", "add_rms_norm_v0"),
-    ("add_rms_norm", "v1"): ("norm", "add_rms_norm_f32"),
+RUNGS = rungs_of("norm")  # views of the rung table (qwenref/gpu/rungs.py)
+DEFAULT_RUNG = defaults_of("norm")
+_KERNELS = {  # (family, rung) -> its kernel in the rung's module (kernel_module)
+    ("rms_norm", "v0"): "rms_norm_v0",
+    ("rms_norm", "v1"): "rms_norm_f32",
+    ("add_rms_norm", "v0"): "add_rms_norm_v0",
+    ("add_rms_norm", "v1"): "add_rms_norm_f32",
 }
 
 
@@ -37,12 +38,12 @@ def _rung(family, impl):
 
 def rung_kernel(family, impl=None, **shape):
     """Name of the kernel that `impl`'s rung of `family` launches (the same for every shape)."""
-    return _KERNELS[family, _rung(family, impl)][1]
+    return _KERNELS[family, _rung(family, impl)]
 
 
 def _launch(family, rung, rows, n, args):
     """One launch over all rows: v0 one thread per row, v1 one block per row."""
-    module_name, fn = _KERNELS[family, rung]
+    module_name, fn = kernel_module(family, rung), _KERNELS[family, rung]
     if rung == "v0":
         grid, block = min(-(-rows // _V0_THREADS), _MAX_GRID), _V0_THREADS
     else:

@@ -24,6 +24,7 @@ import numpy as np
 
 from .._args import check_rotary_fits, rope_scalars
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
+from .rungs import defaults_of, kernel_module, rungs_of
 
 __all__ = ["qk_norm_rope", "head_norm_rope", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
 
@@ -31,8 +32,8 @@ _MAX_GRID = 1 << 20
 _MAX_HD = 12288  # the head is staged in <= 48 KiB of shared memory
 _V0_THREADS = 128  # v0: one thread per head
 
-RUNGS = {"qk_norm_rope": ("v0", "v1", "v2"), "head_norm_rope": ("v0", "v1")}
-DEFAULT_RUNG = {"qk_norm_rope": "v2", "head_norm_rope": "v1"}
+RUNGS = rungs_of("rope")  # views of the rung table (qwenref/gpu/rungs.py)
+DEFAULT_RUNG = defaults_of("rope")
 
 
 # persistent pipelined kernels (rope.cu qk_norm_rope_pipe_v*): ceil(hd / 128) -> (NV, heads
@@ -166,17 +167,18 @@ def qk_norm_rope(
     )
     # the pipelined kernel indexes items (token, head pair) with 32-bit ints
     name = _qk_kernel_name(rung, hd, heads, rung == "v2" and _pipe_path_ok(hd, qg, k, q_out, k_out))
+    module = kernel_module("qk_norm_rope", rung)  # v2 falls back to v1's kernel in its module
     if heads and name == "qk_norm_rope_v0":
-        kernel("rope_v0", name)((min(-(-heads // _V0_THREADS), _MAX_GRID),), (_V0_THREADS,), args)
+        kernel(module, name)((min(-(-heads // _V0_THREADS), _MAX_GRID),), (_V0_THREADS,), args)
     elif heads and name != "qk_norm_rope":
         nv, hpw = _PIPE_SHAPES[-(-hd // 128)]
-        kern = kernel("rope", name)
+        kern = kernel(module, name)
         items = nb * -(-(nh + nkv) // hpw)
         smem = 4 * (rotary_dim // 2 + _PIPE_WARPS * 2 * rotary_dim)
         grid = min(-(-items // _PIPE_WARPS), _resident_blocks(kern, 32 * _PIPE_WARPS, smem))
         kern((grid,), (32 * _PIPE_WARPS,), args, shared_mem=smem)
     elif heads:
-        kernel("rope", "qk_norm_rope")((min(heads, _MAX_GRID),), (32,), args, shared_mem=4 * hd)
+        kernel(module, name)((min(heads, _MAX_GRID),), (32,), args, shared_mem=4 * hd)
     return q_out, k_out
 
 
@@ -213,10 +215,10 @@ def head_norm_rope(x, weight, positions, rotary_dim, theta, eps=1e-6, out=None, 
         np.float64(theta),
         np.float32(eps),
     )
-    if heads and rung == "v0":
-        kernel("rope_v0", "head_norm_rope_v0")(
-            (min(-(-heads // _V0_THREADS), _MAX_GRID),), (_V0_THREADS,), args
-        )
-    elif heads:
-        kernel("rope", "head_norm_rope")((min(heads, _MAX_GRID),), (32,), args, shared_mem=4 * hd)
+    if heads:
+        kern = kernel(kernel_module("head_norm_rope", rung), rung_kernel("head_norm_rope", rung))
+        if rung == "v0":
+            kern((min(-(-heads // _V0_THREADS), _MAX_GRID),), (_V0_THREADS,), args)
+        else:
+            kern((min(heads, _MAX_GRID),), (32,), args, shared_mem=4 * hd)
     return out

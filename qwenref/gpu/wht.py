@@ -17,6 +17,7 @@ import numpy as np
 
 from .._args import bool_arg
 from ._runtime import check_array, kernel, out_array, resolve_rung
+from .rungs import defaults_of, kernel_module, rungs_of
 
 __all__ = ["wht", "WHT_SIZES", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
 
@@ -24,8 +25,8 @@ WHT_SIZES = (16, 32, 64, 128, 256, 512, 1024)
 _MAX_GRID = 1 << 20
 _WARPS = 4  # 128 threads per block
 
-RUNGS = {"wht": ("v0", "v1")}
-DEFAULT_RUNG = {"wht": "v1"}
+RUNGS = rungs_of("wht")  # views of the rung table (qwenref/gpu/rungs.py)
+DEFAULT_RUNG = defaults_of("wht")
 
 
 def _rung(family, impl):
@@ -64,12 +65,12 @@ def wht(x, inverse=False, out=None, impl=None):
     rows = x.size // n
     if rows and rung == "v0":
         # one block of n threads per row (n <= 1024, the kernel's shared-memory row)
-        kernel("wht_v0", "wht_v0")(
+        kernel(kernel_module("wht", rung), "wht_v0")(
             (min(rows, _MAX_GRID),), (n,), (x, out, np.int64(rows), np.int32(n))
         )
     elif rows:
         per_block = _WARPS * _rows_per_warp(n)
-        kernel("wht", f"wht_f32_n{n}")(
+        kernel(kernel_module("wht", rung), f"wht_f32_n{n}")(
             (min(-(-rows // per_block), _MAX_GRID),), (32 * _WARPS,), (x, out, np.int64(rows))
         )
     return out
