@@ -122,6 +122,14 @@ def test_the_ladder_reads_the_table():
         assert mod is _module(name)
 
 
+def test_ladder_runs_takes_keywords_after_ctx():
+    import inspect
+
+    params = list(inspect.signature(ladder.ladder_runs).parameters.values())
+    assert params[0].name == "ctx"
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[1:])
+
+
 # ---- no other module defines a default rung --------------------------------------------------
 RUNG_NAMES = {r for f in registry.FAMILIES.values() for r in f.rungs}
 TABLE = PKG / "gpu" / "rungs.py"

@@ -66,15 +66,14 @@ def ladder_norm(ctx, rows=8192, n=5120):
     ref = golden.rms_norm(host(x), host(w), 1e-6)
     ladder_runs(
         ctx,
-        "norm",
-        "rms_norm",
-        shape,
-        "v1",
-        once_n,
-        lambda impl, i: gpu.rms_norm(sets[i][0], w, 1e-6, out=sets[i][2], impl=impl),
-        ref,
-        bytes_norm(rows, n),
-        TOL_F32,
+        stage="norm",
+        family="rms_norm",
+        shape=shape,
+        once=once_n,
+        launch=lambda impl, i: gpu.rms_norm(sets[i][0], w, 1e-6, out=sets[i][2], impl=impl),
+        ref=ref,
+        nbytes=bytes_norm(rows, n),
+        tol=TOL_F32,
         n_rot=nr,
         max_inner=8,
     )
@@ -88,17 +87,16 @@ def ladder_norm(ctx, rows=8192, n=5120):
     ry, rs = golden.add_rms_norm(host(x), host(r), host(w), 1e-6)
     ladder_runs(
         ctx,
-        "norm",
-        "add_rms_norm",
-        shape,
-        "v1",
-        once_a,
-        lambda impl, i: gpu.add_rms_norm(
+        stage="norm",
+        family="add_rms_norm",
+        shape=shape,
+        once=once_a,
+        launch=lambda impl, i: gpu.add_rms_norm(
             sets[i][0], sets[i][1], w, 1e-6, out=sets[i][2], sum_out=sets[i][3], impl=impl
         ),
-        np.concatenate([ry.ravel(), rs.ravel()]),
-        bytes_norm(rows, n, True),
-        TOL_F32,
+        ref=np.concatenate([ry.ravel(), rs.ravel()]),
+        nbytes=bytes_norm(rows, n, True),
+        tol=TOL_F32,
         n_rot=nr,
         max_inner=8,
     )
@@ -128,21 +126,18 @@ def ladder_rope(ctx, nb=4096):
         host(qg), host(k), host(qw), host(kw), pos_h, c.rotary_dim, c.rope_theta, 1e-6
     )
     shape = {"nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": hd, "rotary_dim": c.rotary_dim}
-    from ..gpu.rope import DEFAULT_RUNG
-
     ladder_runs(
         ctx,
-        "rope",
-        "qk_norm_rope",
-        shape,
-        DEFAULT_RUNG["qk_norm_rope"],
-        once,
-        lambda impl, i: gpu.qk_norm_rope(
+        stage="rope",
+        family="qk_norm_rope",
+        shape=shape,
+        once=once,
+        launch=lambda impl, i: gpu.qk_norm_rope(
             sets[i][0], sets[i][1], *args[2:], q_out=sets[i][2], k_out=sets[i][3], impl=impl
         ),
-        np.concatenate([rq.ravel(), rk.ravel()]),
-        bytes_rope(nb, c.nh, c.nkv, hd),
-        TOL_ROPE,
+        ref=np.concatenate([rq.ravel(), rk.ravel()]),
+        nbytes=bytes_rope(nb, c.nh, c.nkv, hd),
+        tol=TOL_ROPE,
         n_rot=nr,
         max_inner=8,
         kshape={"head_dim": hd},
@@ -164,15 +159,14 @@ def ladder_wht(ctx, rows=65536, n=256):
 
     ladder_runs(
         ctx,
-        "wht",
-        "wht",
-        {"rows": rows, "n": n},
-        "v1",
-        once,
-        lambda impl, i: gpu_wht(sets[i][0], out=sets[i][1], impl=impl),
-        golden.wht(host(x)),
-        bytes_wht(rows, n),
-        TOL_F32,
+        stage="wht",
+        family="wht",
+        shape={"rows": rows, "n": n},
+        once=once,
+        launch=lambda impl, i: gpu_wht(sets[i][0], out=sets[i][1], impl=impl),
+        ref=golden.wht(host(x)),
+        nbytes=bytes_wht(rows, n),
+        tol=TOL_F32,
         n_rot=nr,
         max_inner=8,
         kshape={"n": n},
@@ -213,15 +207,14 @@ def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2")):
         bits = 8 if kind == "q8" else int(kind[len("turbo") :])
         ladder_runs(
             ctx,
-            "kvcache",
-            family,
-            {"nb": nb, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind},
-            "v1",
-            once,
-            lambda impl, i: state["cache"].append(*kv[i], impl=impl),
-            ref,
-            bytes_append(nb, c.nkv, c.head_dim, kind),
-            TOL_CODES,
+            stage="kvcache",
+            family=family,
+            shape={"nb": nb, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind},
+            once=once,
+            launch=lambda impl, i: state["cache"].append(*kv[i], impl=impl),
+            ref=ref,
+            nbytes=bytes_append(nb, c.nkv, c.head_dim, kind),
+            tol=TOL_CODES,
             n_rot=nr,
             max_inner=max_inner,
             kshape={"head_dim": c.head_dim, "bits": bits},
@@ -255,15 +248,14 @@ def ladder_indexer(ctx, T=32768, nb=1):
 
     ladder_runs(
         ctx,
-        "indexer",
-        "update_block_keys",
-        shape,
-        "v1",
-        once_keys,
-        lambda impl, i: gpu.update_block_keys(cache, knw, c, 0, T, impl=impl),
-        gc.blk_keys[:n_blocks],
-        4 * (T * ihd + n_blocks * ihd),
-        TOL_ROPE,
+        stage="indexer",
+        family="update_block_keys",
+        shape=shape,
+        once=once_keys,
+        launch=lambda impl, i: gpu.update_block_keys(cache, knw, c, 0, T, impl=impl),
+        ref=gc.blk_keys[:n_blocks],
+        nbytes=4 * (T * ihd + n_blocks * ihd),
+        tol=TOL_ROPE,
         max_inner=4,
     )
     gpu.update_block_keys(cache, knw, c, 0, T)  # the default rung's keys for the rest
@@ -281,15 +273,14 @@ def ladder_indexer(ctx, T=32768, nb=1):
 
     ladder_runs(
         ctx,
-        "indexer",
-        "block_scores",
-        shape,
-        "v1",
-        once_scores,
-        lambda impl, i: gpu.block_scores(iq, cache, base, out=sc, impl=impl),
-        ref_sc,
-        bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks),
-        TOL_F32,
+        stage="indexer",
+        family="block_scores",
+        shape=shape,
+        once=once_scores,
+        launch=lambda impl, i: gpu.block_scores(iq, cache, base, out=sc, impl=impl),
+        ref=ref_sc,
+        nbytes=bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks),
+        tol=TOL_F32,
     )
 
     ref_sel = [golden.row_selection(base + b, iq_h[b], gpu_bk, R, kblk)[0] for b in range(nb)]
@@ -304,15 +295,14 @@ def ladder_indexer(ctx, T=32768, nb=1):
 
     ladder_runs(
         ctx,
-        "indexer",
-        "select",
-        shape,
-        "v1",
-        once_select,
-        lambda impl, i: gpu.select_rows(iq, cache, base, c, impl=impl),
-        ref_sel,
-        bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk),
-        TOL_SELECT,
+        stage="indexer",
+        family="select",
+        shape=shape,
+        once=once_select,
+        launch=lambda impl, i: gpu.select_rows(iq, cache, base, c, impl=impl),
+        ref=ref_sel,
+        nbytes=bytes_select(nb, inh, ihd, n_blocks, max_blocks, R, kblk),
+        tol=TOL_SELECT,
         err_fn=differing,
         kshape={"nblk": n_blocks, "kblk": kblk},
     )
@@ -359,15 +349,15 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4", "turbo2"
         shape = decode_shape(T, nb, c, kind)
         ladder_runs(
             ctx,
-            "attention",
-            "attention",
-            shape,
-            choose_impl(caches[0], nb),
-            once,
-            lambda impl, i: gpu.decode_attention(q, caches[i], base, out=out, impl=impl),
-            ref,
-            nbytes,
-            {"v0": TOL_ATTN, "v1": TOL_ATTN, "mma": TOL_ATTN_MMA},
+            stage="attention",
+            family="attention",
+            shape=shape,
+            default=choose_impl(caches[0], nb),
+            once=once,
+            launch=lambda impl, i: gpu.decode_attention(q, caches[i], base, out=out, impl=impl),
+            ref=ref,
+            nbytes=nbytes,
+            tol={"v0": TOL_ATTN, "v1": TOL_ATTN, "mma": TOL_ATTN_MMA},
             n_rot=nr,
             max_inner=8,
             floor_us=floor,
@@ -408,15 +398,14 @@ def ladder_gemv(ctx, nb=1, n_out=5120, n_in=6144, proj="o_proj"):
 
         ladder_runs(
             ctx,
-            "gemv",
-            "gemv",
-            dict(shape, weights=kind),
-            "v1",
-            once,
-            call,
-            ref,
-            ws,
-            TOL_F32,
+            stage="gemv",
+            family="gemv",
+            shape=dict(shape, weights=kind),
+            once=once,
+            launch=call,
+            ref=ref,
+            nbytes=ws,
+            tol=TOL_F32,
             n_rot=nr,
             kshape={"kind": kind, "nb": nb, "n_out": n_out},
         )
@@ -427,12 +416,13 @@ def ladder_splits(ctx, T=32768, nb=1, splits=(1, 2, 4, 8, 16, 32, 64, 128, 256))
     each split count, and with the plan's own (n_splits=None, recorded as its count). Too few
     splits leave SMs idle; too many make the combine and the partials' writes the cost."""
     from .. import gpu
-    from ..gpu.attention import plan
+    from ..gpu.attention import choose_impl, plan
 
     cp = ctx.cp
     c = dense_cfg()
     nbytes, floor, nr, caches, q, out, ref = _decode_inputs(ctx, c, T, nb, "q8")
     base = T - nb
+    default = choose_impl(caches[0], nb)  # the rung impl=None runs here
     tol = {"v1": TOL_ATTN, "mma": TOL_ATTN_MMA}
     for impl in ("v1", "mma"):
         auto = plan(caches[0], nb, base_pos=base, impl=impl).n_splits
@@ -447,17 +437,17 @@ def ladder_splits(ctx, T=32768, nb=1, splits=(1, 2, 4, 8, 16, 32, 64, 128, 256))
             shape = decode_shape(T, nb, c, "q8", n_splits=S, plan=S == auto)
             ladder_runs(
                 ctx,
-                "attention",
-                "attention",
-                shape,
-                "mma",
-                once,
-                lambda _impl, i, S=S, impl=impl: gpu.decode_attention(
+                stage="attention",
+                family="attention",
+                shape=shape,
+                default=default,
+                once=once,
+                launch=lambda _impl, i, S=S, impl=impl: gpu.decode_attention(
                     q, caches[i], base, out=out, impl=impl, n_splits=S
                 ),
-                ref,
-                nbytes,
-                tol,
+                ref=ref,
+                nbytes=nbytes,
+                tol=tol,
                 n_rot=nr,
                 max_inner=8,
                 floor_us=floor,

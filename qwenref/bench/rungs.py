@@ -42,28 +42,37 @@ def rung_fields(family, impl, default, **kshape):
 
 def ladder_runs(
     ctx,
+    *,
     stage,
     family,
     shape,
-    default,
     once,
     launch,
     ref,
     nbytes,
     tol,
+    default=None,
+    impls=None,
+    kshape=None,
+    err_fn=None,
     n_rot=1,
     max_inner=64,
-    kshape=None,
     floor_us=None,
-    impls=None,
-    err_fn=None,
     extra=None,
 ):
-    """Each rung of `family`: once(impl) -> its output on the host (outputs poisoned first),
-    checked against ref by err_fn (rel_err); then launch(impl, i) timed queued. tol: a number
-    or {impl: number}. One record per rung, each beside the read floor at nbytes (measured
-    here unless floor_us is given)."""
+    """Each rung of `family` (impls: a subset, in order; None: all of the table's): once(impl)
+    -> its output on the host (outputs poisoned first), checked against ref by err_fn
+    (rel_err) within tol (a number or {impl: number}); then launch(impl, i) timed queued over
+    n_rot rotated copies, up to max_inner calls a sample. One record per rung, each beside the
+    read floor at nbytes (measured here unless floor_us is given), with `extra` fields added.
+    shape: the record's shape; kshape: the shape keywords rung_kernel names the kernel by.
+    default: the rung impl=None runs, marked in the records: the table's default of the family,
+    or, where that is chosen per call (attention), the plan's rung, which the caller gives."""
     rungs, _ = family_rungs(family)
+    if default is None:
+        default = registry.family(family).default
+    if default is None:
+        raise ValueError(f"default must be given for {family!r}: its rung is chosen per call")
     if floor_us is None:
         floor_us = timing.floor_us(nbytes, ctx.n_rot(nbytes), ctx.batches).us
     for impl in impls or rungs:
