@@ -1,9 +1,10 @@
-"""Which decode-partials kernel the GPU wrapper picks, checked without a GPU: plan_rung (and
-choose_impl, rung_kernel and mma_kernel_name over it) are plain Python over the cache's kinds and
-the config (a golden cache has the same attributes), and every kernel name they can produce must
-exist in the module the wrapper loads it from (attention_v1.cu, attention_mma.cu,
-attention_combine.cu). plan() with the split count and the shared-memory limit given needs no
-GPU either, and the split counts' arithmetic runs on given device limits."""
+"""Which decode-partials kernel the GPU wrapper picks, checked without a GPU: plan(...,
+gpu=False) (and plan_rung, rung_kernel and mma_kernel_name over it) is plain Python over the
+cache's kinds and the config (a golden cache has the same attributes), and every kernel name it
+can produce must exist in the module the wrapper loads it from (attention_v1.cu,
+attention_mma.cu, attention_combine.cu). plan() with the split count and the shared-memory
+limit given needs no GPU either, and the split counts' arithmetic runs on given device
+limits."""
 
 import dataclasses
 import re
@@ -26,6 +27,11 @@ def _module_src(module):
 SRC_V1, SRC_MMA = _module_src(A.KERNEL_MODULE["v1"]), _module_src(A.KERNEL_MODULE["mma"])
 # shared memory one block may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin)
 OPTIN_SM86, OPTIN_SM90 = 101376, 232448
+
+
+def rung_of(c, nb, sparse_v=0.0, selective=False, **kw):
+    """The rung plan() picks for nb rows of cache c, without a GPU."""
+    return A.plan(c, nb, sparse_v=sparse_v, selective=selective, gpu=False, **kw).rung
 
 
 def cache(n_rep, kind="q8", hd=256):
@@ -118,23 +124,32 @@ def test_selective_mma_kernel_takes_one_row_of_at_most_8_heads():
         (1, 6, False, 1e-3, "v1"),
     ],
 )
-def test_choose_impl(nb, n_rep, selective, sparse_v, want):
-    sel_n = object() if selective else None  # choose_impl only asks whether it is given
-    got = A.choose_impl(cache(n_rep), nb, sparse_v, sel_n)
+def test_plan_picks_the_rung(nb, n_rep, selective, sparse_v, want):
+    got = rung_of(cache(n_rep), nb, sparse_v, selective)
     assert got == want
     if got == "mma":  # every choice has a kernel to launch
         A.mma_kernel_name(nb, n_rep, selective)
 
 
 @pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
-def test_choose_impl_other_kinds_and_forcing(kind):
+def test_plan_other_kinds_and_forcing(kind):
     """Every kind but f32 has tensor-core partials at hd 128 / 256; hd 64 runs v1."""
-    assert A.choose_impl(cache(6, kind=kind), 1) == ("v1" if kind == "f32" else "mma")
-    assert A.choose_impl(cache(6, kind=kind, hd=64), 1) == "v1"
-    assert A.choose_impl(cache(6, kind=kind), 1, impl="v1") == "v1"
+    assert rung_of(cache(6, kind=kind), 1) == ("v1" if kind == "f32" else "mma")
+    assert rung_of(cache(6, kind=kind, hd=64), 1) == "v1"
+    assert rung_of(cache(6, kind=kind), 1, impl="v1") == "v1"
     if kind == "f32":
         with pytest.raises(ValueError, match="impl='mma' does not apply"):
-            A.choose_impl(cache(6, kind=kind), 1, impl="mma")
+            rung_of(cache(6, kind=kind), 1, impl="mma")
+
+
+def test_the_plan_names_are_importable_from_attention():
+    """attention re-exports attention_plan's public names, each by name (no star import)."""
+    from qwenref.gpu import attention_plan
+
+    assert set(attention_plan.__all__) <= set(A.__all__)
+    for name in A.__all__:
+        assert getattr(A, name) is not None, name
+    assert "choose_impl" not in A.__all__ and not hasattr(A, "choose_impl")
 
 
 # ---- rungs: v0 (attention_v0.cu), v1, mma ------------------------------------------------------
@@ -143,9 +158,9 @@ SRC_V0 = _module_src(A.KERNEL_MODULE["v0"])
 
 def test_rungs():
     assert A.RUNGS == {"attention": ("v0", "v1", "mma")}
-    assert A.DEFAULT_RUNG == {"attention": None}  # None: choose_impl decides per call
-    assert A.choose_impl(cache(6), 1, impl="v0") == "v0"
-    assert A.choose_impl(cache(6, kind="turbo3"), 9, 1e-3, object(), impl="v0") == "v0"
+    assert A.DEFAULT_RUNG == {"attention": None}  # None: plan() decides per call
+    assert rung_of(cache(6), 1, impl="v0") == "v0"
+    assert rung_of(cache(6, kind="turbo3"), 9, 1e-3, True, impl="v0") == "v0"
 
 
 @pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
@@ -258,8 +273,8 @@ def test_plan_rung_and_why(kind, nb, n_rep, hd, sparse_v, selective, rung, why):
     else:
         assert why in p.why
     assert p.n_splits is None  # the split count is plan()'s, on the GPU
-    # the wrappers that predate the plan read it
-    assert A.choose_impl(c, nb, sparse_v, object() if selective else None) == rung
+    # plan_rung and rung_kernel are plan(..., gpu=False) and its kernel
+    assert p == A.plan(c, nb, sparse_v=sparse_v, selective=selective, gpu=False)
     assert (
         A.rung_kernel(
             "attention",
@@ -436,8 +451,8 @@ def test_plan_falls_back_to_v1_where_shared_memory_is_short():
     # the other reasons come first: the shared memory is only asked of shapes that fit
     assert "no tensor-core kernel" in A.plan_rung(cache(6, kind="f32"), 5, max_smem=0).why
     assert "nb * n_rep = 36" in A.plan_rung(c, 6, max_smem=0).why
-    # choose_impl and plan read the same rule; with max_smem and n_splits given, no GPU
-    assert A.choose_impl(c, 5, max_smem=OPTIN_SM86) == "v1"
+    # with gpu=False, or max_smem and n_splits given, plan reads no GPU
+    assert rung_of(c, 5, max_smem=OPTIN_SM86) == "v1"
     assert A.plan(c, 5, n_splits=4, max_smem=OPTIN_SM86) == dataclasses.replace(p, n_splits=4)
 
 
@@ -496,7 +511,8 @@ def test_split_counts_read_the_device_limits():
         (lambda: A.plan(cache(6), 1, n_splits=True), TypeError, "n_splits"),
         (lambda: A.rung_kernel("attention", hd=100), ValueError, "hd"),
         (lambda: A.rung_kernel("attention", n_rep=0), ValueError, "n_rep"),
-        (lambda: A.choose_impl(cache(6), 1.0), TypeError, "nb"),
+        (lambda: A.plan(cache(6), 1.0, gpu=False), TypeError, "nb"),
+        (lambda: A.plan(cache(6), 1, gpu=0), TypeError, "gpu"),
         (lambda: A.mma_n_splits(object(), 1, 128, 1, 1, limits=H200), TypeError, "kern"),
         (lambda: A.mma_n_splits(compiled(1), 1, 128, 1, 1, limits="h200"), TypeError, "limits"),
         (lambda: A.mma_n_splits(compiled(1), 1, 16, 1, 1, limits=H200), ValueError, "threads"),

@@ -331,7 +331,7 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4", "turbo2"
     """Dense decode at T tokens on each rung (v0 one warp per (row, head) over all tokens, up
     to V0_MAX_T; v1 split-T on CUDA cores; mma tensor cores for every kind that has them)."""
     from .. import gpu
-    from ..gpu.attention import MMA_KINDS, choose_impl
+    from ..gpu.attention import MMA_KINDS, plan
     from ..layout import side_kinds
 
     cp = ctx.cp
@@ -352,7 +352,7 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4", "turbo2"
             stage="attention",
             family="attention",
             shape=shape,
-            default=choose_impl(caches[0], nb),
+            default=plan(caches[0], nb, gpu=False).rung,
             once=once,
             launch=lambda impl, i: gpu.decode_attention(q, caches[i], base, out=out, impl=impl),
             ref=ref,
@@ -416,13 +416,13 @@ def ladder_splits(ctx, T=32768, nb=1, splits=(1, 2, 4, 8, 16, 32, 64, 128, 256))
     each split count, and with the plan's own (n_splits=None, recorded as its count). Too few
     splits leave SMs idle; too many make the combine and the partials' writes the cost."""
     from .. import gpu
-    from ..gpu.attention import choose_impl, plan
+    from ..gpu.attention import plan
 
     cp = ctx.cp
     c = dense_cfg()
     nbytes, floor, nr, caches, q, out, ref = _decode_inputs(ctx, c, T, nb, "q8")
     base = T - nb
-    default = choose_impl(caches[0], nb)  # the rung impl=None runs here
+    default = plan(caches[0], nb, gpu=False).rung  # the rung impl=None runs here
     tol = {"v1": TOL_ATTN, "mma": TOL_ATTN_MMA}
     for impl in ("v1", "mma"):
         auto = plan(caches[0], nb, base_pos=base, impl=impl).n_splits

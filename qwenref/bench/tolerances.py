@@ -31,6 +31,6 @@ TOL_LAYER = 2e-3  # whole layer with a q8 cache: a k/v value on a rounding bound
 def attention_tol(cache, nb, sel_n=None):
     """The tolerance of the plan decode_attention runs on these rows (TOL_ATTN_MMA on the
     tensor-core path, else TOL_ATTN): its GPU-free part, so no GPU is needed here."""
-    from ..gpu.attention import plan_rung
+    from ..gpu.attention import plan
 
-    return plan_rung(cache, nb, selective=sel_n is not None).tol
+    return plan(cache, nb, selective=sel_n is not None, gpu=False).tol

@@ -28,7 +28,8 @@ to fp16, so its output differs from golden by at most (2u + u^2) * sum_t p_t |v_
 (tests/test_gpu_attention_mma.py derives it); v1 stays at float32 rounding.
 
 What a call launches is an AttentionPlan, decided before any launch and kept by nobody
-(qwenref/gpu/attention_plan.py; its names are importable from here too):
+(qwenref/gpu/attention_plan.py; its public names are importable from here too). plan() is the
+one way to ask which kernel runs (gpu=False: all but the split count, without a GPU):
 
     p = plan(cache, nb, base_pos=base_pos)     # p.rung, p.kernel, p.n_splits, p.tol, p.why, ...
     y = decode_attention(q, cache, base_pos, plan=p)  # runs exactly p (graph capture reuses one)
@@ -49,32 +50,72 @@ import numpy as np
 from .._args import int_arg as _int_arg
 from .._args import sparse_arg as _sparse_arg
 from ..layout import side_arrays
-from . import attention_plan
 from ._runtime import check_array, cupy, kernel, out_array
-from .attention_plan import *  # noqa: F403 (re-exported: its __all__ is part of this module's)
 from .attention_plan import (
     COMBINE_KERNEL,
     COMBINE_MODULE,
+    DEFAULT_RUNG,
     HEAD_DIMS,
+    IMPLS,
+    KERNEL_MODULE,
     KIND_PAIRS,
     MAX_SPLITS,
+    MMA_HEAD_DIMS,
+    MMA_KINDS,
+    MMA_MAX_COLS,
+    RUNGS,
+    TOL_ATTN,
+    TOL_ATTN_MMA,
     V1_NWARP,
     AttentionPlan,
-    call_plan,
+    DeviceLimits,
+    auto_n_splits,
     check_impl,
     check_plan_arg,
+    device_limits,
+    fit_plan,
+    mma_kernel_name,
+    mma_n_splits,
+    mma_smem_bytes,
     options_arg,
+    plan,
     plan_kernel,
+    plan_rung,
+    rung_kernel,
     splits_arg,
 )
 
-# the calls, then the plan's names (attention_plan): one import serves callers of both
+# the calls, then the plan's public names (attention_plan's __all__, re-exported here so one
+# import serves callers of both)
 __all__ = [
     "decode_attention",
     "attn_partials",
     "attn_combine",
     "check_merge_limit",
-    *attention_plan.__all__,
+    "AttentionPlan",
+    "plan",
+    "plan_rung",
+    "rung_kernel",
+    "mma_kernel_name",
+    "mma_smem_bytes",
+    "auto_n_splits",
+    "mma_n_splits",
+    "DeviceLimits",
+    "device_limits",
+    "KIND_PAIRS",
+    "HEAD_DIMS",
+    "MAX_SPLITS",
+    "IMPLS",
+    "RUNGS",
+    "DEFAULT_RUNG",
+    "MMA_HEAD_DIMS",
+    "MMA_KINDS",
+    "MMA_MAX_COLS",
+    "KERNEL_MODULE",
+    "COMBINE_KERNEL",
+    "COMBINE_MODULE",
+    "TOL_ATTN",
+    "TOL_ATTN_MMA",
 ]
 
 LOG2E = 1.0 / math.log(2.0)
@@ -215,7 +256,9 @@ def _check_call(
     nb, width = _check_rows(q, cache, base_pos, sel_idx, sel_n)
     n_splits = _splits_of(n_splits, m_out, m_name, nb, cache.cfg.nh)
     selective = sel_n is not None
-    p = call_plan(given, cache, nb, base_pos, sparse_v, selective, width, impl, n_splits, options)
+    kw = dict(base_pos=base_pos, sparse_v=sparse_v, selective=selective, width=width)
+    kw.update(n_splits=n_splits, options=options)
+    p = plan(cache, nb, impl=impl, **kw) if given is None else fit_plan(given, cache, nb, **kw)
     args = (q, kd, ks, vd, vs, max_t, nb, base_pos, width, sparse_v, sel_idx, sel_n, n_splits)
     return _Call(*args, p)
 

@@ -1,9 +1,12 @@
 """attention_plan — what a decode-attention call launches: the rung, its kernels, the split
-count and the tolerance, decided on the host before any launch (qwenref.gpu.attention runs it;
-everything here is importable from there too).
+count and the tolerance, decided on the host before any launch (qwenref.gpu.attention runs it,
+and its public names are importable from there too). plan() is the one way to ask:
 
     p = plan(cache, nb, base_pos=base_pos)   # p.rung, p.kernel, p.n_splits, p.tol, p.why, ...
-    p = plan_rung(cache, nb)                 # the same without the split count: no GPU at all
+    p = plan(cache, nb, gpu=False)           # the same without the split count: no GPU at all
+
+plan_rung(cache, nb, ...) is plan(cache, nb, gpu=False, ...), and rung_kernel(family, impl,
+**shape) its kernel's name for a shape alone (the bench's records, as every stage module's).
 
 Rungs (RUNGS["attention"], impl=): "v0" (kernels_cuda/attention_v0.cu, one warp per (row, q
 head), one pass, no partials), "v1" (attention_v1.cu: float32 split-T partials on CUDA cores,
@@ -16,8 +19,8 @@ layout (mma_smem_bytes: 34 KB for turbo2 at hd 128 to 160 KB for bf16 at hd 256)
 opt into at most cudaDevAttrMaxSharedMemoryPerBlockOptin bytes (sm_80 163 KiB, sm_86 / sm_89 99
 KiB, sm_90 227 KiB), so where a kernel needs more (bf16 at hd 256, or q8 with nb * n_rep > 24,
 on sm_86 / sm_89), the plan takes v1 and says so. plan() asks the device for the limit
-(max_smem=None) when the mma rung is in question; plan_rung takes it as an argument (None: not
-checked), so it stays GPU-free.
+(max_smem=None) when the mma rung is in question; with gpu=False, max_smem None is not checked,
+so the plan stays GPU-free.
 
 The split count, the one part of a plan that needs the GPU beside the device's limit, fills one
 wave of CTAs (qwenref/gpu/attention_splits.py: auto_n_splits for v1, mma_n_splits).
@@ -26,6 +29,7 @@ wave of CTAs (qwenref/gpu/attention_splits.py: auto_n_splits for v1, mma_n_split
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 from .._args import bool_arg as _bool_arg
 from .._args import int_arg as _int_arg
@@ -46,7 +50,6 @@ __all__ = [
     "AttentionPlan",
     "plan",
     "plan_rung",
-    "choose_impl",
     "rung_kernel",
     "mma_kernel_name",
     "mma_smem_bytes",
@@ -124,7 +127,8 @@ class AttentionPlan:
     kernel    the partials kernel (attn_partials_<K>_<V>, attn_partials_q8_mma_n<NT8> or
               attn_partials_q8_mma_sel_n1), or attention_v0_<K>_<V> (v0: the whole decode)
     combine   the kernel that combines the partials ("attn_combine"); None for v0
-    n_splits  S, splits per row; None for v0 (no partials) and in plan_rung's GPU-free plan
+    n_splits  S, splits per row; None for v0 (no partials) and in plan(..., gpu=False)'s
+              GPU-free plan unless given
     threads   threads per CTA of `kernel`
     smem      dynamic shared memory per CTA of `kernel`, bytes (0: v0 / v1 use static only)
     options   the NVRTC options `kernel` compiles with: its shape -D's, then the caller's
@@ -320,20 +324,9 @@ def _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max
     return "v1", why
 
 
-def _plan_shape(
-    k_kind,
-    v_kind,
-    hd,
-    n_rep,
-    nb,
-    *,
-    sparse_v=0.0,
-    selective=False,
-    impl=None,
-    options=(),
-    max_smem=None,
-):
-    """The GPU-free plan of a call on this shape (n_splits None): plan_rung without a cache."""
+def _plan_shape(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem):
+    """The plan of a call on this shape with max_smem as given (None: not checked) and no split
+    count: plan()'s GPU-free core, its arguments checked here."""
     check_impl(impl)
     nb = _int_arg("nb", nb, 1)
     sparse_v = _sparse_arg(sparse_v)
@@ -384,70 +377,17 @@ def _cache_shape(cache):
     return cache.k_kind, cache.v_kind, hd, cache.cfg.n_rep
 
 
-def plan_rung(cache, nb, *, sparse_v=0.0, selective=False, impl=None, options=(), max_smem=None):
-    """Everything of plan() that needs no GPU: the rung, its kernels, threads, shared memory,
-    options, tol and why; n_splits stays None (attn_partials / decode_attention resolve it
-    when given such a plan). cache: anything with cfg, k_kind, v_kind (a golden KVCache too).
-    selective: rows may be selective (sel_n given). impl: None (mma where it applies, else v1),
-    or "v0" / "v1" / "mma" (ValueError where mma does not apply). max_smem: the shared memory
-    one block may opt into, in bytes; the mma rung needs its kernel's mma_smem_bytes within it
-    (None: not checked; plan() and the calls pass the device's)."""
-    k_kind, v_kind, hd, n_rep = _cache_shape(cache)
-    return _plan_shape(
-        k_kind,
-        v_kind,
-        hd,
-        n_rep,
-        nb,
-        sparse_v=sparse_v,
-        selective=selective,
-        impl=impl,
-        options=options,
-        max_smem=max_smem,
-    )
+class _Cfg(NamedTuple):
+    head_dim: int
+    n_rep: int
 
 
-def _plan_rung_here(cache, nb, sparse_v, selective, impl, options, max_smem):
-    """plan_rung with max_smem None meaning this device's limit, read only when the mma rung is
-    in question (so a plan of any other rung needs no GPU)."""
-    kw = dict(sparse_v=sparse_v, selective=selective, impl=impl, options=options)
-    p = plan_rung(cache, nb, max_smem=max_smem, **kw)
-    if p.rung == "mma" and max_smem is None:
-        limit = device_limits().smem_per_block_optin
-        if p.smem > limit:
-            p = plan_rung(cache, nb, max_smem=limit, **kw)
-    return p
+class _Shape(NamedTuple):
+    """What a plan reads of a cache: a shape alone stands in for one (rung_kernel)."""
 
-
-def choose_impl(cache, nb, sparse_v=0.0, sel_n=None, impl=None, max_smem=None):
-    """plan_rung(...).rung: "mma" (tensor cores) for q8/q8 caches with hd 128/256, no sparse V,
-    nb * n_rep <= 32, the kernel's shared memory within max_smem (None: not checked), and dense
-    rows or a single selective row (sel_n given, nb = 1, n_rep <= 8: its token list is read
-    through sel_idx); "v1" otherwise. impl="v0" / "v1" force that rung; impl="mma" raises
-    ValueError where the mma kernel does not apply."""
-    return plan_rung(
-        cache, nb, sparse_v=sparse_v, selective=sel_n is not None, impl=impl, max_smem=max_smem
-    ).rung
-
-
-def rung_kernel(
-    family, impl=None, *, kind="q8", nb=1, n_rep=6, hd=256, selective=False, sparse_v=0.0
-):
-    """The kernel a rung of `family` launches for this shape, by name (for the bench's records):
-    v0 "attention_v0_<K>_<V>" (the whole decode, one launch); v1 "attn_partials_<K>_<V>" and
-    mma "attn_partials_q8_mma_n<NT8>" / "attn_partials_q8_mma_sel_n1" (the partials; attn_combine
-    follows both). impl=None: choose_impl's choice (shared memory not checked). kind: a cache
-    kind (layout.CACHE_KINDS); defaults: one row of the Qwen3.5-27B shape (n_rep 6, hd 256).
-    The plan's kernel field."""
-    if family not in RUNGS:
-        raise ValueError(f"family must be one of {tuple(RUNGS)}, got {family!r}")
-    k_kind, v_kind = side_kinds(kind)
-    n_rep = _int_arg("n_rep", n_rep, 1)
-    if hd not in HEAD_DIMS:
-        raise ValueError(f"hd must be one of {HEAD_DIMS}, got {hd!r}")
-    return _plan_shape(
-        k_kind, v_kind, hd, n_rep, nb, sparse_v=sparse_v, selective=selective, impl=impl
-    ).kernel
+    cfg: _Cfg
+    k_kind: str
+    v_kind: str
 
 
 # ---- the split count and the whole plan ---------------------------------------------------------
@@ -503,22 +443,63 @@ def plan(
     n_splits=None,
     options=(),
     max_smem=None,
+    gpu=True,
 ):
     """The AttentionPlan of decode_attention / attn_partials on nb rows of `cache` (arguments
     as there): rung (impl=None: "mma" where it applies, else "v1" and why), kernels, threads,
     shared memory, NVRTC options (the shape's, then `options`), tol, and n_splits — the given
     one, or the kernel's own for rows at base_pos .. base_pos + nb - 1 (None: the cache's last
-    nb tokens), each seeing at most `width` tokens when selective.
-    max_smem: the shared memory one block may opt into (None: the device's, read when the mma
-    rung is in question; give it to plan for another device, or to force the fallback to v1).
-    The GPU is needed for the automatic split count and the device's limit; plan_rung is the
-    rest."""
+    nb tokens), each seeing at most `width` tokens when selective. cache: anything with cfg,
+    k_kind and v_kind (a golden KVCache too). impl: None, or "v0" / "v1" / "mma" (ValueError
+    where mma does not apply).
+    max_smem: the shared memory one block may opt into, in bytes; the mma rung needs its
+    kernel's mma_smem_bytes within it (None: the device's, read when the mma rung is in
+    question; give it to plan for another device, or to force the fallback to v1).
+    The GPU is read for the device's limit (max_smem None) and the automatic split count
+    (n_splits None) only: with both given, plan needs no GPU. gpu=False reads it for neither:
+    max_smem None is then not checked and n_splits None stays None (the call that runs the plan
+    resolves it), so plan(cache, nb, gpu=False) is the whole plan but the split count."""
     if base_pos is not None:
         base_pos = _int_arg("base_pos", base_pos, 0)
     width = _int_arg("width", width, 0)
     n_splits = None if n_splits is None else splits_arg(n_splits)
-    p = _plan_rung_here(cache, nb, sparse_v, selective, impl, options, max_smem)
+    gpu = _bool_arg("gpu", gpu)
+    shape = _cache_shape(cache)
+    args = (nb, sparse_v, selective, impl, options)
+    p = _plan_shape(*shape, *args, max_smem)
+    if gpu and p.rung == "mma" and max_smem is None:
+        limit = device_limits().smem_per_block_optin
+        if p.smem > limit:
+            p = _plan_shape(*shape, *args, limit)
+    if not gpu and n_splits is None:
+        return p
     return _resolve_splits(p, cache, nb, base_pos, bool(selective), width, n_splits)
+
+
+def plan_rung(cache, nb, **kw):
+    """plan(cache, nb, gpu=False, **kw): everything of the plan that needs no GPU (n_splits
+    None unless given; max_smem None: not checked)."""
+    return plan(cache, nb, gpu=False, **kw)
+
+
+def rung_kernel(
+    family, impl=None, *, kind="q8", nb=1, n_rep=6, hd=256, selective=False, sparse_v=0.0
+):
+    """The kernel a rung of `family` launches for this shape, by name (for the bench's records,
+    as every stage module's rung_kernel): plan(..., gpu=False).kernel of a cache of this kind,
+    head_dim and n_rep. v0 "attention_v0_<K>_<V>" (the whole decode, one launch); v1
+    "attn_partials_<K>_<V>" and mma "attn_partials_<kind>_mma_n<NT8>" /
+    "attn_partials_<kind>_mma_sel_n1" (the partials; attn_combine follows both). impl=None:
+    the plan's choice (shared memory not checked). kind: a cache kind (layout.CACHE_KINDS);
+    defaults: one row of the Qwen3.5-27B shape (n_rep 6, hd 256)."""
+    if family not in RUNGS:
+        raise ValueError(f"family must be one of {tuple(RUNGS)}, got {family!r}")
+    k_kind, v_kind = side_kinds(kind)
+    n_rep = _int_arg("n_rep", n_rep, 1)
+    if hd not in HEAD_DIMS:
+        raise ValueError(f"hd must be one of {HEAD_DIMS}, got {hd!r}")
+    shape = _Shape(_Cfg(hd, n_rep), k_kind, v_kind)
+    return plan(shape, nb, sparse_v=sparse_v, selective=selective, impl=impl, gpu=False).kernel
 
 
 # ---- a plan given to a call ----------------------------------------------------------------------
@@ -537,14 +518,12 @@ def check_plan_arg(plan, impl):
         raise ValueError(f"impl={impl!r} contradicts plan.rung={plan.rung!r}: give one")
 
 
-def call_plan(given, cache, nb, base_pos, sparse_v, selective, width, impl, n_splits, options):
-    """The plan a call runs: a fresh one (for this device), or `given` once it is checked to fit
-    the call (the plan the call would build with impl=given.rung, up to why and the split
-    count) and the device (its shared memory), so a reused plan never launches a kernel built
-    for another shape."""
-    if given is None:
-        p = _plan_rung_here(cache, nb, sparse_v, selective, impl, options, None)
-        return _resolve_splits(p, cache, nb, base_pos, selective, width, n_splits)
+def fit_plan(given, cache, nb, *, base_pos, sparse_v, selective, width, n_splits, options):
+    """The plan a call given plan=`given` runs: `given` once it is checked to fit the call (the
+    plan the call would build with impl=given.rung, up to why and the split count) and the
+    device (its shared memory), with the split count resolved as plan() does where it has none,
+    so a reused plan never launches a kernel built for another shape. (A call without plan=
+    runs plan() of its arguments.)"""
     cfg = cache.cfg
     kind = _kind_of(cache.k_kind, cache.v_kind)
     shape = rung_shape_options(given.rung, cfg.head_dim, cfg.n_rep, kind)
@@ -555,9 +534,8 @@ def call_plan(given, cache, nb, base_pos, sparse_v, selective, width, impl, n_sp
             f"{shape}, options={tuple(options)})"
         )
     try:
-        want = plan_rung(
-            cache, nb, sparse_v=sparse_v, selective=selective, impl=given.rung, options=extra
-        )
+        kw = dict(sparse_v=sparse_v, selective=selective, impl=given.rung, options=extra)
+        want = plan(cache, nb, gpu=False, **kw)
     except ValueError as e:
         raise ValueError(f"plan does not fit this call: {e}") from None
     bad = [f for f in _PLAN_FIELDS_CHECKED if getattr(want, f) != getattr(given, f)]
