@@ -143,13 +143,19 @@ def test_plan_other_kinds_and_forcing(kind):
 
 
 def test_the_plan_names_are_importable_from_attention():
-    """attention re-exports attention_plan's public names, each by name (no star import)."""
+    """attention re-exports the plan's public names, each imported by name (no star import);
+    plan() is the one way to ask which kernel runs, plan_rung and rung_kernel thin over it."""
+    from pathlib import Path
+
     from qwenref.gpu import attention_plan
 
-    assert set(attention_plan.__all__) <= set(A.__all__)
     for name in A.__all__:
         assert getattr(A, name) is not None, name
-    assert "choose_impl" not in A.__all__ and not hasattr(A, "choose_impl")
+    for name in ("plan", "plan_rung", "rung_kernel", "AttentionPlan", "RUNGS", "KERNEL_MODULE"):
+        assert name in A.__all__ and getattr(A, name) is getattr(attention_plan, name), name
+    assert "import *" not in Path(A.__file__).read_text()
+    for gone in ("choose_impl", "call_plan"):
+        assert not hasattr(A, gone) and not hasattr(attention_plan, gone), gone
 
 
 # ---- rungs: v0 (attention_v0.cu), v1, mma ------------------------------------------------------

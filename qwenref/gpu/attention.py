@@ -59,23 +59,17 @@ from .attention_plan import (
     IMPLS,
     KERNEL_MODULE,
     KIND_PAIRS,
-    MAX_SPLITS,
     MMA_HEAD_DIMS,
     MMA_KINDS,
     MMA_MAX_COLS,
     RUNGS,
     TOL_ATTN,
     TOL_ATTN_MMA,
-    V1_NWARP,
     AttentionPlan,
-    DeviceLimits,
-    auto_n_splits,
     check_impl,
     check_plan_arg,
-    device_limits,
     fit_plan,
     mma_kernel_name,
-    mma_n_splits,
     mma_smem_bytes,
     options_arg,
     plan,
@@ -84,9 +78,17 @@ from .attention_plan import (
     rung_kernel,
     splits_arg,
 )
+from .attention_splits import (
+    MAX_SPLITS,
+    V1_NWARP,
+    DeviceLimits,
+    auto_n_splits,
+    device_limits,
+    mma_n_splits,
+)
 
-# the calls, then the plan's public names (attention_plan's __all__, re-exported here so one
-# import serves callers of both)
+# the calls, then the plan's public names (attention_plan, attention_splits), so one import
+# serves callers of all three
 __all__ = [
     "decode_attention",
     "attn_partials",

@@ -39,39 +39,11 @@ from ._runtime import kernel
 from .attention_splits import (
     MAX_SPLITS,
     V1_NWARP,
-    DeviceLimits,
     auto_n_splits,
     device_limits,
     mma_n_splits,
 )
 from .rungs import defaults_of, family, rungs_of
-
-__all__ = [
-    "AttentionPlan",
-    "plan",
-    "plan_rung",
-    "rung_kernel",
-    "mma_kernel_name",
-    "mma_smem_bytes",
-    "auto_n_splits",
-    "mma_n_splits",
-    "DeviceLimits",
-    "device_limits",
-    "KIND_PAIRS",
-    "HEAD_DIMS",
-    "MAX_SPLITS",
-    "IMPLS",
-    "RUNGS",
-    "DEFAULT_RUNG",
-    "MMA_HEAD_DIMS",
-    "MMA_KINDS",
-    "MMA_MAX_COLS",
-    "KERNEL_MODULE",
-    "COMBINE_KERNEL",
-    "COMBINE_MODULE",
-    "TOL_ATTN",
-    "TOL_ATTN_MMA",
-]
 
 # (k side, v side) -> kernel suffix; the kernels are attn_partials_<suffix>
 KIND_PAIRS = {
