@@ -31,6 +31,7 @@
 #include <cuda_fp16.h>
 
 #include "attention.cuh"
+#include "kv_load.cuh"
 
 #ifndef ATTN_NWARP
 #define ATTN_NWARP 4
@@ -57,8 +58,7 @@ constexpr int LOG_NP = NP == 1 ? 0 : NP == 2 ? 1 : NP == 4 ? 2 : NP == 8 ? 3 : N
 static_assert(NWARP * NREP * HD * 4 + 2 * NWARP * NP * 4 <= 48 * 1024,
               "warp-merge buffer exceeds 48 KB static shared memory: lower ATTN_NWARP");
 
-// kind codes (the wrapper's KIND_CODE table must agree)
-enum { KF32 = 0, KBF16 = 1, KQ8 = 2, KT2 = 12, KT3 = 13, KT4 = 14, KT8 = 18 };
+// kind codes: kv_load.cuh's KV_* (one definition for every attention rung)
 
 // ---- one lane's DPL dims of one token, raw (as loaded) ------------------------------------
 // val(i) is the dequantized value without the scale; scale() the per-group factor (1 for
@@ -68,7 +68,7 @@ template <int KIND>
 struct Gran;
 
 template <>
-struct Gran<KF32> {
+struct Gran<KV_F32> {
     static constexpr bool SCALED = false;
     float v[DPL];
     __device__ __forceinline__ void zero() {
@@ -97,7 +97,7 @@ struct Gran<KF32> {
 };
 
 template <>
-struct Gran<KBF16> {
+struct Gran<KV_BF16> {
     static constexpr bool SCALED = false;
     unsigned w[DPL / 2];  // two bf16 per word
     __device__ __forceinline__ void zero() {
@@ -127,7 +127,7 @@ struct Gran<KBF16> {
 };
 
 template <>
-struct Gran<KQ8> {
+struct Gran<KV_Q8> {
     static constexpr bool SCALED = true;
     unsigned w[(DPL + 3) / 4];  // int8 bytes, each XOR 0x80 (biased to 0..255)
     float d;
@@ -203,13 +203,13 @@ struct GranTurbo {
     __device__ __forceinline__ float scale() const { return d; }
 };
 template <>
-struct Gran<KT2> : GranTurbo<2> {};
+struct Gran<KV_TURBO2> : GranTurbo<2> {};
 template <>
-struct Gran<KT3> : GranTurbo<3> {};
+struct Gran<KV_TURBO3> : GranTurbo<3> {};
 template <>
-struct Gran<KT4> : GranTurbo<4> {};
+struct Gran<KV_TURBO4> : GranTurbo<4> {};
 template <>
-struct Gran<KT8> : GranTurbo<8> {};
+struct Gran<KV_TURBO8> : GranTurbo<8> {};
 
 static_assert(ATTN_TT >= 1 && ATTN_TT <= 32 && (ATTN_TT & (ATTN_TT - 1)) == 0,
               "ATTN_TT must be a power of two");
@@ -218,7 +218,7 @@ static_assert(ATTN_TT >= 1 && ATTN_TT <= 32 && (ATTN_TT & (ATTN_TT - 1)) == 0,
 // are DPL registers per token per side, so their tile is halved to bound registers.
 template <int KIND>
 __host__ __device__ constexpr int tile_tokens() {
-    int tt = (KIND == KF32 && ATTN_TT > 1) ? ATTN_TT / 2 : ATTN_TT;
+    int tt = (KIND == KV_F32 && ATTN_TT > 1) ? ATTN_TT / 2 : ATTN_TT;
     while (tt > 1 && tt * NP > 32) tt /= 2;
     return tt;
 }
@@ -280,7 +280,7 @@ __device__ __forceinline__ void attn_partials_impl(
     // ---- q of this kv head's group: stage, rotate if K is rotated, pre-scale, to registers ----
     const float* qg = q + ((size_t)b * nh + (size_t)g * NREP) * HD;
     for (int p = threadIdx.x; p < NREP * HD; p += blockDim.x) smem[p] = qg[p];
-    constexpr bool K_ROT = KK >= KT2;
+    constexpr bool K_ROT = KK >= KV_TURBO2;
     if constexpr (K_ROT)
         block_wht(smem, NREP, HD);
     else
@@ -478,13 +478,13 @@ __device__ __forceinline__ void attn_partials_impl(
                                    sel_n, sel_w, qscale, sparse_v, m_out, l_out, o_out);           \
     }
 
-ATTN_PARTIALS(f32_f32, KF32, KF32)
-ATTN_PARTIALS(bf16_bf16, KBF16, KBF16)
-ATTN_PARTIALS(q8_q8, KQ8, KQ8)
-ATTN_PARTIALS(turbo8_turbo8, KT8, KT8)
-ATTN_PARTIALS(turbo4_turbo4, KT4, KT4)
-ATTN_PARTIALS(turbo3_turbo3, KT3, KT3)
-ATTN_PARTIALS(turbo2_turbo2, KT2, KT2)
-ATTN_PARTIALS(bf16_turbo4, KBF16, KT4)
-ATTN_PARTIALS(bf16_turbo3, KBF16, KT3)
-ATTN_PARTIALS(bf16_turbo2, KBF16, KT2)
+ATTN_PARTIALS(f32_f32, KV_F32, KV_F32)
+ATTN_PARTIALS(bf16_bf16, KV_BF16, KV_BF16)
+ATTN_PARTIALS(q8_q8, KV_Q8, KV_Q8)
+ATTN_PARTIALS(turbo8_turbo8, KV_TURBO8, KV_TURBO8)
+ATTN_PARTIALS(turbo4_turbo4, KV_TURBO4, KV_TURBO4)
+ATTN_PARTIALS(turbo3_turbo3, KV_TURBO3, KV_TURBO3)
+ATTN_PARTIALS(turbo2_turbo2, KV_TURBO2, KV_TURBO2)
+ATTN_PARTIALS(bf16_turbo4, KV_BF16, KV_TURBO4)
+ATTN_PARTIALS(bf16_turbo3, KV_BF16, KV_TURBO3)
+ATTN_PARTIALS(bf16_turbo2, KV_BF16, KV_TURBO2)

@@ -55,7 +55,8 @@ __device__ __forceinline__ float load_turbo(const KvSide& s, int g, int t, int d
     return ((float)c - 0.5f * (float)((1 << N) - 1)) * __half2float(s.scale[group]);
 }
 
-// kind codes: KV_TURBO2..KV_TURBO8 are 10 + N
+// kind codes of every attention rung's template arguments (attention_v0.cu, attention_v1.cu):
+// KV_TURBO2..KV_TURBO8 are 10 + N
 enum {
     KV_F32 = 0,
     KV_BF16 = 1,
