@@ -133,8 +133,13 @@ def test_plan_picks_the_rung(nb, n_rep, selective, sparse_v, want):
 
 @pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
 def test_plan_other_kinds_and_forcing(kind):
-    """Every kind but f32 has tensor-core partials at hd 128 / 256; hd 64 runs v1."""
-    assert rung_of(cache(6, kind=kind), 1) == ("v1" if kind == "f32" else "mma")
+    """Every kind but f32 has tensor-core partials at hd 128 / 256, taken by default where
+    MMA_BY_DEFAULT says and asked for (impl='mma') elsewhere; hd 64 runs v1."""
+    by_default = side_kinds(kind) in A.MMA_BY_DEFAULT
+    assert rung_of(cache(6, kind=kind), 1) == ("mma" if by_default else "v1")
+    if kind != "f32":
+        assert rung_of(cache(6, kind=kind), 1, impl="mma") == "mma"
+        assert by_default or "only when asked" in A.plan_rung(cache(6, kind=kind), 1).why
     assert rung_of(cache(6, kind=kind, hd=64), 1) == "v1"
     assert rung_of(cache(6, kind=kind), 1, impl="v1") == "v1"
     if kind == "f32":
@@ -193,7 +198,7 @@ def test_every_kind_has_a_kernel_on_each_rung(kind):
         (None, {"kind": "q8", "nb": 6, "n_rep": 6}, "attn_partials_q8_q8"),
         (None, {"kind": "q8", "sparse_v": 1e-3}, "attn_partials_q8_q8"),
         (None, {"kind": "q8", "hd": 64}, "attn_partials_q8_q8"),
-        (None, {"kind": "turbo4"}, "attn_partials_turbo4_mma_n1"),
+        ("mma", {"kind": "turbo4"}, "attn_partials_turbo4_mma_n1"),
         (None, {"kind": "turbo4", "sparse_v": 1e-3}, "attn_partials_turbo4_turbo4"),
         (None, {"kind": "f32"}, "attn_partials_f32_f32"),
     ],
@@ -271,6 +276,8 @@ PLAN_CASES = [
 
 @pytest.mark.parametrize("kind,nb,n_rep,hd,sparse_v,selective,rung,why", PLAN_CASES)
 def test_plan_rung_and_why(kind, nb, n_rep, hd, sparse_v, selective, rung, why):
+    if rung == "mma" and side_kinds(kind) not in A.MMA_BY_DEFAULT:
+        rung, why = "v1", "only when asked"  # a kind whose mma partials are opt-in
     c = cache(n_rep, kind=kind, hd=hd)
     p = A.plan_rung(c, nb, sparse_v=sparse_v, selective=selective)
     assert p.rung == rung
@@ -313,7 +320,7 @@ def test_plan_fields_per_rung(kind):
     assert (v1.rung, v1.kernel, v1.combine) == ("v1", f"attn_partials_{pair}", "attn_combine")
     assert (v1.threads, v1.smem, v1.options, v1.tol) == (128, 0, (), A.TOL_ATTN)
     if kind != "f32":
-        mma = A.plan_rung(c, 3)
+        mma = A.plan_rung(c, 3, impl="mma")
         sfx = A.MMA_KINDS[side_kinds(kind)]
         assert (mma.rung, mma.kernel, mma.combine) == (
             "mma",
@@ -453,7 +460,7 @@ def test_plan_falls_back_to_v1_where_shared_memory_is_short():
         A.plan_rung(c, 5, impl="mma", max_smem=OPTIN_SM86)
     # bf16 at hd 256 (141,616 B at one tile) does not fit sm_86's opt-in; turbo4 does
     assert A.plan_rung(cache(6, kind="bf16"), 1, max_smem=OPTIN_SM86).rung == "v1"
-    assert A.plan_rung(cache(6, kind="turbo4"), 1, max_smem=OPTIN_SM86).rung == "mma"
+    assert A.plan_rung(cache(6, kind="turbo4"), 1, impl="mma", max_smem=OPTIN_SM86).rung == "mma"
     # the other reasons come first: the shared memory is only asked of shapes that fit
     assert "no tensor-core kernel" in A.plan_rung(cache(6, kind="f32"), 5, max_smem=0).why
     assert "nb * n_rep = 36" in A.plan_rung(c, 6, max_smem=0).why

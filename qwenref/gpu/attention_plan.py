@@ -76,6 +76,9 @@ MMA_KINDS = {
     for pair, sfx in KIND_PAIRS.items()
     if pair != ("f32", "f32")
 }
+# The pairs whose mma partials impl=None takes: each measured faster than its v1 partials on an
+# H200 (docs/performance.md); the others run them only when asked (impl="mma").
+MMA_BY_DEFAULT = frozenset(MMA_KINDS)
 # the kernels_cuda module (NVRTC compiles each alone) of each rung's kernel, and the combine's;
 # a plan's options go to its rung's module, the combine's module takes none
 KERNEL_MODULE = dict(family("attention").kernels)
@@ -289,6 +292,9 @@ def _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max
     if impl in ("v0", "v1"):
         return impl, f"impl={impl!r} asked for"
     why = _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, max_smem)
+    if why is None and impl is None and (k_kind, v_kind) not in MMA_BY_DEFAULT:
+        why = f"the mma partials of ({k_kind}, {v_kind}) run only when asked (impl='mma')"
+        return "v1", why
     if why is None:
         return "mma", None
     if impl == "mma":
