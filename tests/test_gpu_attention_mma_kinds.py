@@ -144,7 +144,7 @@ def test_mma_partials_match_golden(cp, gpu, rng, kind, hd, n_rep, T, nb, S):
     q = make_q(cfg, nb, rng, head_scales=(T == 1000))
     ref = Ref(gc, kind, q, [np.arange(base_pos + b + 1) for b in range(nb)], S)
 
-    p = gpu_attention.plan(cache, nb, base_pos=base_pos, n_splits=S)
+    p = gpu_attention.plan(cache, nb, base_pos=base_pos, n_splits=S, impl="mma")
     assert p.rung == "mma", f"the tensor-core path does not apply: {p.why}"
     assert (p.kernel, p.n_splits) == (gpu_attention.mma_kernel_name(nb, n_rep, False, kind), S)
     m, l, o = poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh, hd))
@@ -154,9 +154,8 @@ def test_mma_partials_match_golden(cp, gpu, rng, kind, hd, n_rep, T, nb, S):
     )
     ref.check(cp, m, l, o, out)
     # the call's own plan is p: same kernel and splits, same bits
-    cp.testing.assert_array_equal(
-        gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=S), out
-    )
+    again = gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=S, impl="mma")
+    cp.testing.assert_array_equal(again, out)
 
 
 def selection(rng, T, n_blocks, R):
@@ -181,7 +180,9 @@ def test_mma_selective_row(cp, gpu, rng, kind, hd, n_rep):
     q = make_q(cfg, 1, rng, head_scales=True)
     ref = Ref(gc, kind, q, [idx], S)
     si, sn = cp.asarray(idx[None].copy()), cp.asarray(np.array([len(idx)], np.int32))
-    p = gpu_attention.plan(cache, 1, base_pos=T - 1, selective=True, width=len(idx), n_splits=S)
+    p = gpu_attention.plan(
+        cache, 1, base_pos=T - 1, selective=True, width=len(idx), n_splits=S, impl="mma"
+    )
     assert (p.rung, p.kernel) == ("mma", gpu_attention.mma_kernel_name(1, n_rep, True, kind))
     m, l, o = (poisoned(cp, s) for s in ((1, S, cfg.nh), (1, S, cfg.nh), (1, S, cfg.nh, hd)))
     gpu.attn_partials(
@@ -215,7 +216,7 @@ def test_smem_layout_matches_kernel(cp, gpu, kind, hd):
     from qwenref.gpu._runtime import kernel
 
     gc = golden.KVCache(make_cfg(hd, 6), max_t=64, kind=kind)
-    plans = [gpu_attention.plan_rung(gc, nb) for nb in (1, 2, 3, 5)]
+    plans = [gpu_attention.plan_rung(gc, nb, impl="mma") for nb in (1, 2, 3, 5)]
     sfx = gpu_attention.MMA_KINDS[side_kinds(kind)]
     assert [p.kernel for p in plans] == [f"attn_partials_{sfx}_mma_n{n}" for n in (1, 2, 3, 4)]
     out = cp.zeros(4, np.int32)
