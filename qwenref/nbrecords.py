@@ -32,6 +32,7 @@ __all__ = [
     "recorded",
     "live_wanted",
     "ladder_records",
+    "family_ladders",
     "stage_records",
     "plot_ladder",
     "plot_splits",
@@ -192,6 +193,18 @@ def ladder_records(family, live=None, sweep=None):
     recs = _measure(ladder_cases(family, sweep))
     keep = _is_family(family, sweep)
     return dataclasses.replace(recs, runs=tuple(r for r in recs.runs if keep(r)))
+
+
+def family_ladders(families, live=None, cases=None):
+    """{family: Records} of several ladder families, as recorded, or (live) the ladder cases of
+    `cases` (default the last family: one whose cases time them all, as the indexer's select)
+    measured once and split by family (ladder_records would run the same cases per family)."""
+    if not live_wanted(live):
+        return {f: ladder_records(f, live=False) for f in families}
+    from .bench.ladder import ladder_cases
+
+    recs = _measure(ladder_cases(cases or families[-1]))
+    return {f: recs.where(family=f, bench="ladder") for f in families}
 
 
 def stage_records(stage, live=None, kernel=None):

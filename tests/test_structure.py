@@ -27,8 +27,6 @@ KNOWN = {
     "cycle": set(),
     "long": set(),
     "lesson": {
-        "qwenref.lessons.indexer imports qwenref.bench.context",
-        "qwenref.lessons.indexer imports qwenref.bench.ladder",
         "qwenref.lessons.kvcache_turbo imports qwenref.lessons.kvcache_q8",
         "qwenref.lessons.layer imports qwenref.bench.counting",
         "qwenref.lessons.layer imports qwenref.bench.inputs",
