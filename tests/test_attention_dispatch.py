@@ -168,7 +168,7 @@ SRC_V0 = _module_src(A.KERNEL_MODULE["v0"])
 
 
 def test_rungs():
-    assert A.RUNGS == {"attention": ("v0", "v1", "mma")}
+    assert A.RUNGS == {"attention": ("v0", "split", "v1", "mma")}
     assert A.DEFAULT_RUNG == {"attention": None}  # None: plan() decides per call
     assert rung_of(cache(6), 1, impl="v0") == "v0"
     assert rung_of(cache(6, kind="turbo3"), 9, 1e-3, True, impl="v0") == "v0"
@@ -343,6 +343,7 @@ def test_plan_tol_per_rung():
     c = cache(6)
     assert {r: A.plan_rung(c, 1, impl=r).tol for r in A.IMPLS} == {
         "v0": A.TOL_ATTN,
+        "split": A.TOL_ATTN,
         "v1": A.TOL_ATTN,
         "mma": A.TOL_ATTN_MMA,
     }

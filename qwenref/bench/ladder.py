@@ -329,7 +329,8 @@ V0_MAX_T = 32768  # v0 reads every token in one warp per head: ~0.4 s a call at 
 
 def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4", "turbo2")):
     """Dense decode at T tokens on each rung (v0 one warp per (row, head) over all tokens, up
-    to V0_MAX_T; v1 split-T on CUDA cores; mma tensor cores for every kind that has them)."""
+    to V0_MAX_T; split, v0's loop cut into split-T partials; v1 split-T on CUDA cores with
+    prefetched tiles and a warp merge; mma tensor cores for every kind that has them)."""
     from .. import gpu
     from ..gpu.attention import MMA_KINDS, plan
     from ..layout import side_kinds
@@ -345,7 +346,8 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4", "turbo2"
             return host(gpu.decode_attention(q, caches[0], base, out=out, impl=impl))
 
         on_tc = side_kinds(kind) in MMA_KINDS
-        impls = (("v0",) if T <= V0_MAX_T else ()) + (("v1", "mma") if on_tc else ("v1",))
+        rungs = ("split", "v1", "mma") if on_tc else ("split", "v1")
+        impls = (("v0",) if T <= V0_MAX_T else ()) + rungs
         shape = decode_shape(T, nb, c, kind)
         ladder_runs(
             ctx,
@@ -357,7 +359,7 @@ def ladder_attention(ctx, T=32768, nb=1, kinds=("q8", "bf16", "turbo4", "turbo2"
             launch=lambda impl, i: gpu.decode_attention(q, caches[i], base, out=out, impl=impl),
             ref=ref,
             nbytes=nbytes,
-            tol={"v0": TOL_ATTN, "v1": TOL_ATTN, "mma": TOL_ATTN_MMA},
+            tol={r: plan(caches[0], nb, impl=r, gpu=False).tol for r in impls},
             n_rot=nr,
             max_inner=8,
             floor_us=floor,

@@ -9,7 +9,9 @@ plan_rung(cache, nb, ...) is plan(cache, nb, gpu=False, ...), and rung_kernel(fa
 **shape) its kernel's name for a shape alone (the bench's records, as every stage module's).
 
 Rungs (RUNGS["attention"], impl=): "v0" (kernels_cuda/attention_v0.cu, one warp per (row, q
-head), one pass, no partials), "v1" (attention_v1.cu: float32 split-T partials on CUDA cores,
+head), one pass, no partials), "split" (attention_split.cu: v0's loop cut into split-T partials,
+one warp per (row, kv head, split), n_rep * head_dim / 32 <= 64), "v1" (attention_v1.cu: float32
+split-T partials on CUDA cores with prefetched tiles, a reduce-scatter and a warp merge,
 every cache kind pair) and "mma" (attention_mma.cu: partials on tensor cores for every kind but
 f32, one module per kind: MMA_KINDS). impl=None takes "mma" where it applies and "v1"
 otherwise, and says why in p.why.
@@ -67,6 +69,7 @@ _DEFAULT_SHAPE = (256, 6)  # attention.cuh's ATTN_HD, ATTN_NREP defaults: no -D 
 RUNGS = rungs_of("attention")
 DEFAULT_RUNG = defaults_of("attention")
 IMPLS = RUNGS["attention"]  # impl= values (None: plan() picks); v0 has no partials
+SPLIT_MAX_REGS = 64  # attention_split.cu: NREP * HD / 32 q values (and as many o) per lane
 MMA_HEAD_DIMS = (128, 256)  # attn_partials_<kind>_mma_n<NT8>: no sparse V, dense / nb 1
 MMA_MAX_COLS = 32  # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
 # (k side, v side) -> the mma kernels' <kind> (attention_mma.cu's ATTN_PARTIALS_MMA_KIND list):
@@ -137,11 +140,11 @@ def _kind_of(k_side, v_side):
 
 
 def rung_shape_options(rung, hd, n_rep, kind):
-    """The options a rung's module takes before the caller's: v0 its head_dim, v1 the shape, mma
-    the shape and its kind (one module per kind)."""
+    """The options a rung's module takes before the caller's: v0 its head_dim, split and v1 the
+    shape, mma the shape and its kind (one module per kind)."""
     if rung == "v0":
         return v0_options(hd)
-    if rung == "v1":
+    if rung in ("split", "v1"):
         return shape_options(hd, n_rep)
     return shape_options(hd, n_rep) + mma_options(kind)
 
@@ -289,7 +292,12 @@ def _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, ma
 def _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem):
     """(rung, why): impl when given (ValueError where mma does not apply), else "mma" where it
     applies, else "v1" and the first reason it does not."""
-    if impl in ("v0", "v1"):
+    if impl == "split" and n_rep * hd // 32 > SPLIT_MAX_REGS:
+        raise ValueError(
+            f"impl='split' does not apply: n_rep * head_dim / 32 = {n_rep * hd // 32} > "
+            f"{SPLIT_MAX_REGS} (q and o of every head live in a lane's registers)"
+        )
+    if impl in ("v0", "split", "v1"):
         return impl, f"impl={impl!r} asked for"
     why = _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, max_smem)
     if why is None and impl is None and (k_kind, v_kind) not in MMA_BY_DEFAULT:
@@ -323,6 +331,9 @@ def _plan_shape(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, option
     opts = rung_shape_options(rung, hd, n_rep, kind) + options
     if rung == "v0":  # one warp per (row, q head)
         return AttentionPlan("v0", "attention_v0_" + pair, None, None, 32, 0, opts, TOL_ATTN, why)
+    if rung == "split":  # one warp per (row, kv head, split)
+        kern = "attn_partials_split_" + pair
+        return AttentionPlan("split", kern, COMBINE_KERNEL, None, 32, 0, opts, TOL_ATTN, why)
     if rung == "v1":
         threads = 32 * _opt_value(opts, "ATTN_NWARP", V1_NWARP)
         kern = "attn_partials_" + pair

@@ -66,7 +66,12 @@ FAMILIES = MappingProxyType(
         "select": Family("indexer", {"v0": "indexer_v0", "v1": "indexer_select"}, "v1"),
         "attention": Family(
             "attention",
-            {"v0": "attention_v0", "v1": "attention_v1", "mma": "attention_mma"},
+            {
+                "v0": "attention_v0",
+                "split": "attention_split",
+                "v1": "attention_v1",
+                "mma": "attention_mma",
+            },
             None,
         ),
         "gemv": Family("gemv", {"v0": "gemv_v0", "v1": "gemv"}, "v1"),
