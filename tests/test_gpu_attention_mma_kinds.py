@@ -26,8 +26,8 @@ far over these bounds for the inputs here (scores of std ~1, a few hundred token
 import numpy as np
 import pytest
 from gpu_checks import assert_partials_close
+from test_gpu_attention_mma import make_cfg
 
-import qwenref
 import qwenref.gpu.attention as gpu_attention
 from qwenref import golden
 from qwenref.layout import side_kinds
@@ -46,16 +46,6 @@ def u_q(kind):
 
 def u_pv(kind):
     return UB * UB if side_kinds(kind)[1] == "bf16" else 2 * U16 + U16 * U16
-
-
-def make_cfg(hd, n_rep, nkv=2):
-    return qwenref.AttnConfig(
-        hidden_size=64,
-        num_attention_heads=n_rep * nkv,
-        num_key_value_heads=nkv,
-        head_dim=hd,
-        intermediate_size=128,
-    )
 
 
 def make_cache(gpu, cfg, kind, T, rng):
