@@ -17,15 +17,19 @@ golden.attn_partials on the same row with the same n_splits.
 
 Rungs (RUNGS["attention"], impl= on decode_attention): "v0" (kernels_cuda/attention_v0.cu), one
 warp per (row, q head) over all its visible tokens in one pass, the golden formula written out,
-one launch and no partials; "v1" and "mma", the split-T partials below plus the combine.
+one launch and no partials; "split", "v1" and "mma", the split-T partials below plus the
+combine.
 
-Two implementations of the partials (impl= on attn_partials / decode_attention): "mma", tensor
-cores, one CTA per (kv head, split) for all rows — chosen by default for q8/q8 caches with
-head_dim 128/256, dense rows (or one selective row), no sparse V, nb * n_rep <= 32 and a kernel
-whose shared memory the device allows — and "v1", float32 CUDA cores, for everything else (and
-forced by impl="v1"). The mma path rounds each weight p and each dequantized value code * d_v
-to fp16, so its output differs from golden by at most (2u + u^2) * sum_t p_t |v_t|, u = 2^-11
-(tests/test_gpu_attention_mma.py derives it); v1 stays at float32 rounding.
+Three implementations of the partials (impl= on attn_partials / decode_attention): "split" (v0's
+loop cut into splits, one warp each: only when asked), "mma", tensor cores, one CTA per (kv
+head, split) for all rows — for every kind but f32, chosen by default for the pairs of
+MMA_BY_DEFAULT (q8/q8) with head_dim 128/256, dense rows (or one selective row), no sparse V,
+nb * n_rep <= 32 and a kernel whose shared memory the device allows — and "v1", float32 CUDA
+cores, for everything else (and forced by impl="v1"). The mma path of the scaled kinds rounds
+each weight p and each dequantized value to fp16, so its output differs from golden by at most
+(2u + u^2) * sum_t p_t |v_t|, u = 2^-11 (tests/test_gpu_attention_mma.py and
+tests/test_gpu_attention_mma_kinds.py derive the bounds); v1 and split stay at float32
+rounding.
 
 What a call launches is an AttentionPlan, decided before any launch and kept by nobody
 (qwenref/gpu/attention_plan.py; its public names are importable from here too). plan() is the

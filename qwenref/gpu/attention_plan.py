@@ -13,8 +13,8 @@ head), one pass, no partials), "split" (attention_split.cu: v0's loop cut into s
 one warp per (row, kv head, split), n_rep * head_dim / 32 <= 64), "v1" (attention_v1.cu: float32
 split-T partials on CUDA cores with prefetched tiles, a reduce-scatter and a warp merge,
 every cache kind pair) and "mma" (attention_mma.cu: partials on tensor cores for every kind but
-f32, one module per kind: MMA_KINDS). impl=None takes "mma" where it applies and "v1"
-otherwise, and says why in p.why.
+f32, one module per kind: MMA_KINDS). impl=None takes "mma" where it applies to a pair of
+MMA_BY_DEFAULT and "v1" otherwise, and says why in p.why; "v0" and "split" run when asked.
 
 Shared memory. The mma kernels keep K/V stages, scales, q and P in one dynamic shared-memory
 layout (mma_smem_bytes: 34 KB for turbo2 at hd 128 to 160 KB for bf16 at hd 256). A block may
