@@ -1,45 +1,17 @@
-"""Helpers of notebooks/00_overview.ipynb: the map of one decode step, a sketch of queued
-timing, the figure of what each cache kind costs a decode, the L2 size and the read floor's
-table, the runs above their floor with their likely reason, and the ladder's summary (every
-kernel family's v0 against its fastest rung), read from records."""
+"""Drawings and printouts of notebooks/00_overview.ipynb: the map of one decode step, the sketch
+of queued timing, the figure of what each cache kind costs a decode, the L2 size and the read
+floor's table, and the ladder's summary (every kernel family's v0 against its fastest rung) as a
+table and a figure. What they show (the sketch's spans, the L2 size, the floor runs, the ladder's
+records and its summary rows, the runs above their floor) is computed in the notebook."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import floor, nbutil
-
-__all__ = [
-    "FAMILIES",
-    "draw_decode_step",
-    "draw_queued_timing",
-    "sketch_per_call",
-    "plot_cache_costs",
-    "l2_bytes",
-    "print_l2",
-    "floor_runs",
-    "print_floor_runs",
-    "floor_flags",
-    "family_records",
-    "ladder_summary",
-    "print_ladder_summary",
-    "plot_ladder_summary",
-]
-
-# every kernel family of the ladder, in the order of the decode step
-FAMILIES = (
-    "rms_norm",
-    "add_rms_norm",
-    "qk_norm_rope",
-    "wht",
-    "q8_append",
-    "turbo_append",
-    "update_block_keys",
-    "block_scores",
-    "select",
-    "attention",
-    "gemv",
-)
+__all__ = """
+draw_decode_step draw_queued_timing plot_cache_costs print_l2 print_floor_runs size_text
+print_ladder_summary plot_ladder_summary
+""".split()
 
 # ---- the map of one decode step --------------------------------------------------------------
 
@@ -202,50 +174,21 @@ def _lane(ax, y, spans, color, labels=True):
             ax.text((t0 + t1) / 2, y, text, ha="center", va="center", fontsize=7)
 
 
-def _sketch(host_us, kernel_us, calls):
-    """The spans of both sketches and their events: {"queued" | "eager": (host spans, GPU
-    spans, event a, event b)}; spans are (start, end, text) in µs."""
-    spin_end = host_us * (calls + 2) + 2.0
-    host = [(0, host_us, "spin")] + [
-        (host_us * (i + 1), host_us * (i + 2), f"launch {i + 1}") for i in range(calls)
-    ]
-    gpu = [(0.5, spin_end, "spin kernel (waits for the host)")] + [
-        (spin_end + kernel_us * i, spin_end + kernel_us * (i + 1), f"k{i + 1}")
-        for i in range(calls)
-    ]
-    eager_host = [(host_us * i, host_us * (i + 1), f"launch {i + 1}") for i in range(calls)]
-    eager_gpu = [
-        (host_us * (i + 1) + 0.5, host_us * (i + 1) + 0.5 + kernel_us, f"k{i + 1}")
-        for i in range(calls)
-    ]
-    return {
-        "queued": (host, gpu, spin_end, spin_end + kernel_us * calls),
-        "eager": (eager_host, eager_gpu, eager_gpu[0][0], eager_gpu[-1][1]),
-    }
-
-
-def sketch_per_call(host_us=5.0, kernel_us=2.0, calls=4):
-    """What each sketch of draw_queued_timing measures per call, (b − a) / calls in µs:
-    {"queued": .., "eager": ..}, against a kernel of kernel_us."""
-    return {k: (b - a) / calls for k, (_, _, a, b) in _sketch(host_us, kernel_us, calls).items()}
-
-
-def draw_queued_timing(host_us=5.0, kernel_us=2.0, calls=4, axes=None):
-    """Two sketches on one time axis (not measured: host_us per launch, kernel_us per kernel).
-    Top, queued: the host queues a spin kernel, event a, the calls and event b; the GPU spins
-    until all of them are queued, then runs the calls back to back, so (b − a) / calls is the
-    GPU's time per call. Bottom, eager: each launch reaches an idle GPU, the host's launch cost
-    sits between the kernels and (b − a) counts it. Each title says what (b − a) / calls
-    comes to (sketch_per_call)."""
+def draw_queued_timing(spans, per_call, host_us, kernel_us, calls, axes=None):
+    """Two sketches on one time axis (not measured: host_us per launch, kernel_us per kernel):
+    spans {"queued" | "eager": (host spans, GPU spans, event a, event b)}, each span (start,
+    end, text) in µs. Top, queued: the host queues a spin kernel, event a, the calls and event
+    b; the GPU spins until all of them are queued, then runs the calls back to back, so
+    (b − a) / calls is the GPU's time per call. Bottom, eager: each launch reaches an idle GPU,
+    the host's launch cost sits between the kernels and (b − a) counts it. Each title says what
+    (b − a) / calls comes to (per_call {"queued" | "eager": µs})."""
     import matplotlib.pyplot as plt
 
     axes = axes if axes is not None else plt.subplots(2, 1, figsize=(10, 3.8), sharex=True)[1]
-    spans = _sketch(host_us, kernel_us, calls)
-    per = sketch_per_call(host_us, kernel_us, calls)
     titles = {
-        "queued": f"queued: (b − a) / {calls} = {per['queued']:g} µs, the kernel's own time",
-        "eager": f"eager: (b − a) / {calls} = {per['eager']:g} µs for a {kernel_us:g} µs kernel: "
-        "the GPU waits for each launch",
+        "queued": f"queued: (b − a) / {calls} = {per_call['queued']:g} µs, the kernel's own time",
+        "eager": f"eager: (b − a) / {calls} = {per_call['eager']:g} µs for a {kernel_us:g} µs "
+        "kernel: the GPU waits for each launch",
     }
     for ax, (how, (h, g, ta, tb)) in zip(axes, spans.items()):
         _lane(ax, 1, h, "#eeeeee")
@@ -302,58 +245,12 @@ def plot_cache_costs(positions, errors, masks, bytes_per_token, block_tokens):
 _MIB = 1 << 20
 
 
-def l2_bytes(live=None):
-    """The L2 size in bytes of the device the numbers come from: this GPU's when measuring
-    live, else the results file's (None when it records none)."""
-    if nbutil.live_wanted(live):
-        from .. import timing
-
-        return timing.l2_bytes()
-    return (nbutil.load_results() or {}).get("l2_bytes")
-
-
-def print_l2(live=None):
-    """One line: the L2 size in MiB, and whose it is."""
-    l2 = l2_bytes(live)
+def print_l2(l2, whose):
+    """One line: the L2 size in MiB (l2 in bytes, None: not recorded), and whose it is."""
     if l2 is None:
         print("L2 size: not recorded in results/nvidia-h200.json")
         return
-    res = nbutil.load_results() or {}
-    whose = "this GPU" if nbutil.live_wanted(live) else f"{res.get('device', '?')} (results file)"
     print(f"L2 of {whose}: {l2 / _MIB:.0f} MiB ({l2} bytes)")
-
-
-def _is_floor(r):
-    return "stream_read floor" in str(r.get("kernel"))
-
-
-def floor_runs(live=None, sizes=(8 << 20, 64 << 20, 256 << 20)):
-    """Records of the read floor (stream_read over n bytes, nothing else): measured now at
-    `sizes` when a GPU is here (queued, then as graph replays), else the recorded ones."""
-    if not nbutil.live_wanted(live):
-        return nbutil.recorded(_is_floor)
-    from .. import timing
-
-    copy = timing.copy_gbps()
-    l2 = timing.l2_bytes()
-    runs = []
-    for nbytes in sizes:
-        fl = timing.floor_us(nbytes, timing.rotations(nbytes, l2), graph_calls=8)
-        for how, us in (("queued", fl.us), ("graph", fl.graph_us)):
-            if us:
-                gbps = nbytes / us / 1e3
-                runs.append(
-                    dict(
-                        kernel="stream_read floor",
-                        bytes=nbytes,
-                        median_us=us,
-                        gbps=gbps,
-                        pct_of_copy=100 * gbps / copy,
-                        timing=how,
-                    )
-                )
-    src = f"measured just now on {timing.device_name()}"
-    return nbutil.Records(tuple(runs), copy, src, l2)
 
 
 def print_floor_runs(recs):
@@ -367,91 +264,21 @@ def print_floor_runs(recs):
         )
 
 
-def floor_flags(recs, l2=None):
-    """One line per run above 100% of its read floor with its likely reason, by
-    qwenref.floor's rule (l2: the L2 size in bytes; None: the records')."""
-    l2 = l2 or recs.l2_bytes
-    lines = []
-    for r in sorted(floor.above_floor(recs.runs), key=lambda r: r.get("bytes", 0)):
-        nbytes = r.get("bytes", 0)
-        size = _size_text(r.get("shape", {})) or f"{nbytes / _MIB:.1f} MiB"
-        lines.append(
-            f"{r['kernel']} at {size} reaches {r['pct_of_floor']:.0f}% of its floor "
-            f"(likely: {floor.floor_note(r, l2)})"
-        )
-    return lines
-
-
 # ---- the ladder, summarised ------------------------------------------------------------------
 
 
-def _variant(r):
-    sh = r.get("shape", {})
-    return str(sh.get("kind") or sh.get("weights") or "")
-
-
-def _size_text(sh):
+def size_text(sh):
+    """A run's size as text, from its shape: "rows=.., nb=.., T=.., proj=..", those it has."""
     keys = ("rows", "nb", "T", "proj")
     return ", ".join(f"{k}={sh[k]}" for k in keys if k in sh)
-
-
-def family_records(families=FAMILIES, live=False):
-    """{family: Records} of every ladder family. live=False reads the results file (measuring
-    every family takes minutes; each stage notebook measures its own family live)."""
-    return {fam: nbutil.ladder_records(fam, live=live) for fam in families}
 
 
 def _sources(by_family):
     return list(dict.fromkeys(recs.source for recs in by_family.values()))
 
 
-def _summary_row(fam, variant, runs):
-    """v0 against the fastest rung at the largest size where both were timed (v0 is often
-    too slow to time at the largest size); the larger sizes left out are listed."""
-    sizes = sorted({r["bytes"] for r in runs})
-    both = [
-        b
-        for b in sizes
-        if any(r["bytes"] == b and r.get("rung") == 0 for r in runs)
-        and any(r["bytes"] == b and r.get("rung") != 0 for r in runs)
-    ]
-    top = both[-1] if both else sizes[-1]
-    at = [r for r in runs if r["bytes"] == top]
-    v0 = next((r for r in at if r.get("rung") == 0), None)
-    best = min(at, key=lambda r: r["median_us"])
-    skipped = [_size_text(r["shape"]) for r in runs if r["bytes"] > top and r is not v0]
-    return dict(
-        family=fam,
-        variant=variant,
-        label=f"{fam} {variant}".strip(),
-        size=_size_text(best["shape"]),
-        v0_us=v0["median_us"] if v0 else np.nan,
-        v0_pct=v0["pct_of_copy"] if v0 else np.nan,
-        v0_floor=(v0.get("pct_of_floor") or np.nan) if v0 else np.nan,
-        best=best["kernel"],
-        best_rung=best.get("rung"),
-        best_us=best["median_us"],
-        best_pct=best["pct_of_copy"],
-        best_floor=best.get("pct_of_floor") or np.nan,
-        skipped=sorted(set(skipped)),
-    )
-
-
-def ladder_summary(by_family):
-    """One row per family and cache kind / weight format (family_records' records): v0's time
-    and the fastest rung's, at the largest size where both were recorded."""
-    rows = []
-    for fam, recs in by_family.items():
-        groups = {}
-        for r in recs.runs:
-            if r.get("median_us") and r.get("bytes"):
-                groups.setdefault(_variant(r), []).append(r)
-        rows += [_summary_row(fam, variant, runs) for variant, runs in groups.items()]
-    return rows
-
-
 def print_ladder_summary(rows, by_family):
-    """The summary as a table, the records' sources first, then the larger sizes where v0
+    """The summary rows as a table, the records' sources first, then the larger sizes where v0
     was not recorded (the fastest rung's run there is in the stage notebook)."""
     for s in _sources(by_family):
         print(s)
