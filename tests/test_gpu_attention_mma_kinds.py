@@ -26,7 +26,8 @@ far over these bounds for the inputs here (scores of std ~1, a few hundred token
 import numpy as np
 import pytest
 from gpu_checks import assert_partials_close
-from test_gpu_attention_mma import make_cfg
+from test_gpu_attention import make_cache
+from test_gpu_attention_mma import make_cfg, make_q, poisoned, selection
 
 import qwenref.gpu.attention as gpu_attention
 from qwenref import golden
@@ -46,28 +47,6 @@ def u_q(kind):
 
 def u_pv(kind):
     return UB * UB if side_kinds(kind)[1] == "bf16" else 2 * U16 + U16 * U16
-
-
-def make_cache(gpu, cfg, kind, T, rng):
-    """golden cache of `kind` with T random tokens (outliers so the max moves, a per-head V
-    offset so the mean matters) and the same stored arrays on the GPU."""
-    gc = golden.KVCache(cfg, max_t=T + 13, kind=kind)
-    k = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
-    v = rng.standard_normal((T, cfg.nkv, cfg.head_dim)).astype(np.float32)
-    v += rng.standard_normal((1, cfg.nkv, cfg.head_dim)).astype(np.float32)
-    k[rng.choice(T, size=min(T, 3), replace=False)] *= 2.0
-    gc.append(k, v)
-    return gc, gpu.KVCache.from_golden(gc)
-
-
-def make_q(cfg, nb, rng, head_scales=False):
-    """Scores of std ~1 (log2 units); head_scales: heads whose q differ by orders of magnitude,
-    so the per-CTA power-of-two pre-scale of q is exercised."""
-    q = rng.standard_normal((nb, cfg.nh, cfg.head_dim)) / np.log2(np.e)
-    if head_scales:
-        q[:, 0] *= 1e-3
-        q[:, -1] *= 6.0
-    return q.astype(np.float32)
 
 
 class Ref:
@@ -113,10 +92,6 @@ class Ref:
         assert_partials_close(cp, out, self.out, "out", REL, 1.01 * bound)
 
 
-def poisoned(cp, shape):
-    return cp.full(shape, np.nan, dtype=np.float32)
-
-
 # T, nb, S: one token; T = 33 (a 1-token split, empty splits for rows that see <= 32); rows
 # whose split bounds differ (97, nb 2, S 3); many pipeline blocks per split with 1..4 rows
 SHAPES = [(1, 1, 1), (33, 2, 3), (97, 2, 3), (1000, 3, 3), (5000, 1, 4), (5000, 4, 6)]
@@ -146,16 +121,6 @@ def test_mma_partials_match_golden(cp, gpu, rng, kind, hd, n_rep, T, nb, S):
     # the call's own plan is p: same kernel and splits, same bits
     again = gpu.decode_attention(cp.asarray(q), cache, base_pos, n_splits=S, impl="mma")
     cp.testing.assert_array_equal(again, out)
-
-
-def selection(rng, T, n_blocks, R):
-    """An ascending QSA-like token list for the row that sees T tokens: n_blocks - 1 random
-    whole blocks of R tokens, the last complete block, and the tail."""
-    nc = T // R
-    picked = np.sort(rng.choice(nc - 1, size=n_blocks - 1, replace=False))
-    blocks = np.append(picked, nc - 1)
-    idx = (blocks[:, None] * R + np.arange(R)).ravel()
-    return np.concatenate([idx, np.arange(nc * R, T)]).astype(np.int32)
 
 
 @pytest.mark.parametrize("kind", KINDS)
