@@ -1,6 +1,7 @@
-// attention.cuh — what the split-T attention modules share (attention_v1.cu, attention_mma.cu,
-// attention_combine.cu; kernel_source pastes it into each, NVRTC compiles each module alone):
-// the compile-time shape, inf_f, split_range (golden's split_bounds), warp_max, block_wht.
+// attention.cuh — what the split-T attention modules share (attention_split.cu, attention_v1.cu,
+// attention_mma.cu, attention_combine.cu; kernel_source pastes it into each, NVRTC compiles each
+// module alone): the compile-time shape, inf_f, split_range (golden's split_bounds), warp_max,
+// block_wht, and for the one-row-per-CTA partials (split, v1) row_list and write_empty_state.
 //
 // ATTN_HD (head_dim, 64|128|256) and ATTN_NREP (q heads per kv head, 1..32) come in as -D
 // options: the wrapper compiles one partials module per (hd, n_rep), and the defaults are the
@@ -62,6 +63,32 @@ static_assert(NREP >= 1 && NREP <= 32, "ATTN_NREP must be 1..32");
     const long long a = (long long)i * per * SPLIT_CHUNK, b = a + (long long)per * SPLIT_CHUNK;
     lo = int(a < n ? a : n);
     hi = int(b < n ? b : n);
+}
+
+// Row b's visible list for the one-row-per-CTA partials (attention_split.cu, attention_v1.cu):
+// returns null (dense: position == token, n_vis = base_pos + b + 1 tokens) or the row's token
+// list, when sel_n[b] (clipped to [0, sel_w]) is above 0, with n_vis = that count.
+[[maybe_unused]] __device__ __forceinline__ const int* row_list(int b, int base_pos,
+                                                                const int* sel_idx,
+                                                                const int* sel_n, int sel_w,
+                                                                int& n_vis) {
+    n_vis = base_pos + b + 1;
+    if (sel_n == nullptr) return nullptr;
+    const int sn = min(max(sel_n[b], 0), sel_w);
+    if (sn == 0) return nullptr;
+    n_vis = sn;
+    return sel_idx + (size_t)b * sel_w;
+}
+
+// An empty split's partials for the NREP heads at o_dst / m_dst / l_dst (golden: m = -inf,
+// l = 0, o = 0), written by the block's threads.
+[[maybe_unused]] __device__ __forceinline__ void write_empty_state(float* o_dst, float* m_dst,
+                                                                   float* l_dst) {
+    for (int p = threadIdx.x; p < NREP * HD; p += blockDim.x) o_dst[p] = 0.f;
+    for (int p = threadIdx.x; p < NREP; p += blockDim.x) {
+        m_dst[p] = -inf_f();
+        l_dst[p] = 0.f;
+    }
 }
 
 }  // namespace

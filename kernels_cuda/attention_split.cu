@@ -40,28 +40,17 @@ __device__ void attn_partials_split_impl(const float* q, const void* kdata, cons
     const int nkv = gridDim.y, S = gridDim.z, nh = nkv * NREP, lane = threadIdx.x;
     __shared__ float sq[NREP * HD];  // q of the kv head's group, rotated when K is
 
-    // the row's visible list (as v1) and this split's range of it
+    // the row's visible list (null: dense) and this split's range of it
     const int t_len = base_pos + b + 1;
-    int n_vis = t_len;
-    const int* list = nullptr;  // null: dense, position == token
-    if (sel_n != nullptr) {
-        const int sn = min(max(sel_n[b], 0), sel_w);
-        if (sn > 0) {
-            n_vis = sn;
-            list = sel_idx + (size_t)b * sel_w;
-        }
-    }
+    int n_vis;
+    const int* list = row_list(b, base_pos, sel_idx, sel_n, sel_w, n_vis);
     int lo, hi;
     split_range(n_vis, S, split, lo, hi);
     float* o_dst = o_out + (((size_t)b * S + split) * nh + (size_t)g * NREP) * HD;
     float* m_dst = m_out + ((size_t)b * S + split) * nh + (size_t)g * NREP;
     float* l_dst = l_out + ((size_t)b * S + split) * nh + (size_t)g * NREP;
-    if (lo >= hi) {  // empty split: m = -inf, l = 0, o = 0 (golden)
-        for (int p = lane; p < NREP * HD; p += 32) o_dst[p] = 0.f;
-        for (int p = lane; p < NREP; p += 32) {
-            m_dst[p] = -inf_f();
-            l_dst[p] = 0.f;
-        }
+    if (lo >= hi) {  // empty split
+        write_empty_state(o_dst, m_dst, l_dst);
         return;
     }
 

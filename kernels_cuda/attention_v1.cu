@@ -251,16 +251,8 @@ __device__ __forceinline__ void attn_partials_impl(
     __shared__ __align__(16) float s_alpha[NWARP][NP];       // this tile's rescale per head
 
     // ---- the row's visible list and this split's range -------------------------------------
-    int n_vis = base_pos + b + 1;
-    const int* list = nullptr;  // null: dense, position == token index
-    if (sel_n != nullptr) {
-        int sn = sel_n[b];
-        sn = sn < 0 ? 0 : (sn > sel_w ? sel_w : sn);
-        if (sn > 0) {
-            n_vis = sn;
-            list = sel_idx + (size_t)b * sel_w;
-        }
-    }
+    int n_vis;
+    const int* list = row_list(b, base_pos, sel_idx, sel_n, sel_w, n_vis);  // null: dense
     const int t_len = base_pos + b + 1;  // tokens the row may see (clamp for gathers)
     int lo, hi;
     split_range(n_vis, S, split, lo, hi);
@@ -268,12 +260,8 @@ __device__ __forceinline__ void attn_partials_impl(
     float* o_dst = o_out + (((size_t)b * S + split) * nh + (size_t)g * NREP) * HD;
     float* m_dst = m_out + ((size_t)b * S + split) * nh + (size_t)g * NREP;
     float* l_dst = l_out + ((size_t)b * S + split) * nh + (size_t)g * NREP;
-    if (lo >= hi) {  // empty split: m = -inf, l = 0, o = 0 (golden)
-        for (int p = threadIdx.x; p < NREP * HD; p += blockDim.x) o_dst[p] = 0.f;
-        for (int p = threadIdx.x; p < NREP; p += blockDim.x) {
-            m_dst[p] = -inf_f();
-            l_dst[p] = 0.f;
-        }
+    if (lo >= hi) {  // empty split
+        write_empty_state(o_dst, m_dst, l_dst);
         return;
     }
 
