@@ -303,3 +303,17 @@ ptxas info    : Used 10 registers, used 1 barriers, 1024 bytes smem, 360 bytes c
     fields = lambda k: (k.name, k.arch, k.registers, k.stack, k.spill_stores, k.spill_loads, k.smem)
     assert fields(b) == ("b", "sm_90", 21, 256, 8, 12, 0)
     assert fields(a) == ("a", "sm_80", 10, 0, 0, 0, 1024)
+
+
+def test_one_front_end_pass_per_arch_family():
+    """A file that never tests __CUDA_ARCH__ gets one front-end pass per family (compute_80's
+    PTX for sm_80 / 86 / 89, compute_90's for sm_90 / 90a); one that does, a pass per arch."""
+    g = compile_check._gencodes(compile_check.ARCHS, "__global__ void k() {}")
+    assert g == [
+        "-gencode",
+        "arch=compute_80,code=[sm_80,sm_86,sm_89]",
+        "-gencode",
+        "arch=compute_90,code=[sm_90,sm_90a]",
+    ]
+    g = compile_check._gencodes(("sm_80", "sm_90"), "#if __CUDA_ARCH__ >= 900\n#endif")
+    assert g == ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
