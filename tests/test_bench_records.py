@@ -246,3 +246,27 @@ def test_code_match_counts_codes_and_scales_of_the_slots_compared():
 def test_floor_fields_share_of_the_floor_and_none_without_one():
     assert records.floor_fields(20.0, 25.0) == {"floor_us": 20.0, "pct_of_floor": 80.0}
     assert records.floor_fields(None, 25.0) == {}  # a floor whose graph capture failed
+
+
+def _attention_rung_by_name(kernel):
+    """The attention rung a kernel name belongs to (attention_v0_*, *_split_*, *_mma_*, else
+    v1's attn_partials_<K>_<V>)."""
+    if kernel.startswith("attention_v0"):
+        return "v0"
+    return "mma" if "_mma" in kernel else "split" if "_split" in kernel else "v1"
+
+
+def test_recorded_ladder_runs_name_their_rung_by_todays_table():
+    """A ladder record's rung index is its place in today's rung table (qwenref.gpu.rungs): a
+    rung inserted in the middle moves the later ones, and the records must move with it."""
+    from qwenref.gpu.rungs import family
+    from qwenref.nbrecords import load_results
+
+    runs = [r for r in (load_results() or {}).get("runs", []) if r.get("bench") == "ladder"]
+    assert runs, "no ladder records in results/"
+    for r in runs:
+        rungs = family(r["family"]).rungs
+        if "impl" in r:
+            assert rungs[r["rung"]] == r["impl"], r
+        if r["family"] == "attention":
+            assert rungs[r["rung"]] == _attention_rung_by_name(r["kernel"]), r

@@ -29,10 +29,12 @@ def family_rungs(family):
 
 
 def rung_fields(family, impl, default, **kshape):
-    """The ladder fields of one run: family, rung (index in teaching order), default, kernel."""
+    """The ladder fields of one run: family, impl (the rung's name), rung (its index in teaching
+    order, which moves when a rung is inserted: impl does not), default, kernel."""
     rungs, mod = family_rungs(family)
     return {
         "family": family,
+        "impl": impl,
         "rung": rungs.index(impl),
         "default": impl == default,
         "kernel": mod.rung_kernel(family, impl, **kshape),
