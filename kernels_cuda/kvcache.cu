@@ -60,12 +60,7 @@
 
 #include <cuda_fp16.h>
 
-#define FULL_MASK 0xffffffffu
-typedef unsigned long long u64;
-
-__device__ __forceinline__ bool aligned(const void* p, unsigned long long a) {
-    return (reinterpret_cast<unsigned long long>(p) & (a - 1)) == 0;
-}
+#include "kvcache_rows.cuh"
 
 // float32 -> bf16 bits, round to nearest even; NaN keeps its sign and becomes quiet 0x7fc0.
 __device__ __forceinline__ unsigned short bf16_rne(float x) {
@@ -126,16 +121,6 @@ __device__ __forceinline__ void load_packed(const unsigned char* p, int nbytes, 
             else
                 hi |= w << (8 * (k - 8));
         }
-    }
-}
-
-// Bits [s, s + n) of a 128-bit (lo, hi) pair get w (n <= 64, 0 <= s, s + n <= 128).
-__device__ __forceinline__ void put_bits(u64& lo, u64& hi, u64 w, int s, int n) {
-    if (s < 64) {
-        lo |= w << s;
-        if (s + n > 64) hi |= w >> (64 - s);  // straddles the words (s > 0)
-    } else {
-        hi |= w << (s - 64);
     }
 }
 
@@ -362,17 +347,7 @@ extern "C" __global__ void bf16_to_f32(const unsigned short* __restrict__ b, flo
 }
 
 // ==================================== appends ===============================================
-// src [nb, nkv, hd] contiguous; token b of head h goes to cache row h * max_t + t0 + b.
-// One warp per (b, h): warp index r = b * nkv + h (so src row r), 4 warps per block, grid-stride
-// (the loop bound is warp-uniform, so whole warps run every shuffle).
-
-__device__ __forceinline__ int first_warp() {
-    return blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-}
-__device__ __forceinline__ int warp_stride() { return gridDim.x * (blockDim.x >> 5); }
-__device__ __forceinline__ long long cache_row(int r, int nkv, int max_t, int t0) {
-    return (long long)(r % nkv) * max_t + t0 + r / nkv;
-}
+// A warp per (token, kv head) row, grid-stride: kvcache_rows.cuh (first_warp, cache_row).
 
 extern "C" __global__ void kv_append_f32(const float* __restrict__ src, float* data, int nb,
                                          int nkv, int hd, int max_t, int t0) {

@@ -1,5 +1,6 @@
 // kvcache_v0.cu — v0 rungs of the quantized KV-cache appends: the golden formulas of
-// qwenref/golden/kvcache.py (q8_quantize; wht then turbo_quantize) written out one thread per
+// qwenref/golden/kvcache.py (q8_quantize; wht then turbo_quantize; signs, wht then tq_quantize:
+// tq_append_v0 at the end of the file) written out one thread per
 // output, storing nb tokens [nb, nkv, hd] (src row r = b·nkv + h) at cache row h·max_t + t0 + b.
 //   q8     per group of 32: amax = max|x|, d32 = amax / 127, d = half_rn(d32),
 //          id = d32 ? 1/d32 : 0, q = roundf(x · id)   (roundf: ties away from zero, as golden)
@@ -22,6 +23,10 @@
 //   turbo_append  v0 (this file, turbo_append_v0): a thread per row, the WHT in local memory.
 //                 v1 (kvcache.cu, kv_append_turbo_n<hd>): a row across lanes in registers,
 //                 shuffle WHT (wht_regs.cuh), codes combined by shuffles, K+V one launch.
+//   tq_append     v0 (this file, tq_append_v0): a thread per row, the signs, the WHT and the
+//                 codebook search in local memory and float64, one side per launch.
+//                 v1 (kvcache.cu, kv_append_tq_n<hd>): the row across lanes in registers,
+//                 float32 thresholds, sums by shuffles, K+V one launch.
 // f32 / bf16 sides use kvcache.cu's kv_append_f32 / kv_append_bf16 for every rung.
 
 #include <cuda_fp16.h>
@@ -103,5 +108,66 @@ extern "C" __global__ void turbo_append_v0(const float* __restrict__ src, unsign
             }
             d[crow * groups + g] = __float2half_rn(d32);
         }
+    }
+}
+
+// tq_append_v0: golden's tq quantizer (qwenref/golden/tq.py) written out, a thread per (row, kv
+// head): y = float32 WHT of s ⊙ x (the butterflies above, s = layout.tq_signs: the sign of
+// element i is flipped iff fmix32(i) is odd), ss, scale and u in float64 as golden, the code of
+// u_i = how many codebook midpoints (C_j + C_{j+1}) / 2 (exact in float64) lie strictly below u_i,
+// gamma = half(sum y_i C[c_i] / sum C[c_i]^2) (float64 sums in index order), ss = 0: gamma 0 and
+// codes 2^(bits-1). codebook = golden's tq_codebook(bits), float32 [2^bits].
+__device__ unsigned v0_tq_sign(unsigned i) {
+    i ^= i >> 16;
+    i *= 0x85EBCA6Bu;
+    i ^= i >> 13;
+    i *= 0xC2B2AE35u;
+    i ^= i >> 16;
+    return (i & 1u) << 31;
+}
+
+extern "C" __global__ void tq_append_v0(const float* __restrict__ src, unsigned char* codes,
+                                        __half* gamma, const float* __restrict__ codebook, int nb,
+                                        int nkv, int hd, int max_t, int t0, int bits) {
+    if (hd > V0_MAX_HD || bits < 1 || bits > 4) return;  // refused by the wrapper
+    const int nc = 1 << bits;
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)hd));
+    const long long rows = (long long)nb * nkv;
+    for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < rows;
+         r += (long long)gridDim.x * blockDim.x) {
+        float v[V0_MAX_HD];
+        for (int i = 0; i < hd; ++i)
+            v[i] = __uint_as_float(__float_as_uint(src[r * hd + i]) ^ v0_tq_sign(i));
+        for (int h = 1; h < hd; h <<= 1) {  // same passes as wht_regs.cuh
+            for (int i = 0; i < hd; ++i) {
+                if ((i & h) == 0) {
+                    const float a = v[i], b = v[i + h];
+                    v[i] = a + b;
+                    v[i + h] = a - b;
+                }
+            }
+        }
+        double ss = 0.0;
+        for (int i = 0; i < hd; ++i) {
+            v[i] = __fmul_rn(v[i], scale);
+            ss += (double)v[i] * (double)v[i];
+        }
+        const double sc = ss == 0.0 ? 0.0 : sqrt((double)hd) / sqrt(ss);
+        double num = 0.0, den = 0.0;
+        const long long crow = v0_cache_row(r, nkv, max_t, t0);
+        unsigned char* out = codes + crow * (hd * bits / 8);
+        for (int k = 0; k < hd * bits / 8; ++k) out[k] = 0;
+        for (int i = 0; i < hd; ++i) {
+            const double u = (double)(float)((double)v[i] * sc);  // float32(y · scale)
+            int c = 0;
+            for (int j = 0; j + 1 < nc; ++j)
+                c += u > ((double)codebook[j] + (double)codebook[j + 1]) / 2 ? 1 : 0;
+            if (ss == 0.0) c = nc / 2;
+            num += (double)v[i] * (double)codebook[c];
+            den += (double)codebook[c] * (double)codebook[c];
+            for (int b = 0; b < bits; ++b)  // bit b of code i is bit bits·i + b of the row
+                out[(bits * i + b) >> 3] |= (unsigned char)(((c >> b) & 1) << ((bits * i + b) & 7));
+        }
+        gamma[crow] = __double2half(ss == 0.0 ? 0.0 : num / den);
     }
 }

@@ -57,7 +57,7 @@ class KVCacheBase:
     """
 
     xp = None  # the array module (numpy or cupy), supplied by the subclass
-    max_turbo_head_dim = None  # the largest head_dim a turbo side may have (None: no limit)
+    max_turbo_head_dim = None  # the largest head_dim a turbo or tq side may have (None: no limit)
 
     def __init__(self, cfg, max_t=4096, kind="f32"):
         if not isinstance(cfg, AttnConfig):
@@ -82,10 +82,14 @@ class KVCacheBase:
                     f"head_dim ({hd}) must be a power of two{limit} for kind "
                     f"{kind!r} (WHT over head_dim)"
                 )
-            if side.startswith("tq") and (hd & (hd - 1) or hd * tq_bits(side) % 8):
+            if side.startswith("tq") and (
+                hd & (hd - 1) or hd * tq_bits(side) % 8 or (cap is not None and not 16 <= hd <= cap)
+            ):
+                limit = f" in [16, {cap}]" if cap else ""
                 raise ValueError(
-                    f"head_dim ({hd}) must be a power of two with head_dim·{tq_bits(side)}/8 "
-                    f"whole bytes for kind {kind!r} (WHT over head_dim, codes packed per vector)"
+                    f"head_dim ({hd}) must be a power of two{limit} with head_dim·"
+                    f"{tq_bits(side)}/8 whole bytes for kind {kind!r} (WHT over head_dim, codes "
+                    f"packed per vector)"
                 )
         self.cfg, self.max_t, self.kind = cfg, max_t, kind
         self.k_kind, self.v_kind = k_kind, v_kind

@@ -9,8 +9,8 @@ Cache kinds (CACHE_KINDS). A cache has two sides, K and V; side_kinds(kind) name
   "f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2"   both sides in that format
   "bf16k-turbo4v", "bf16k-turbo3v", "bf16k-turbo2v"            K in bf16, V in turbo4/3/2
   "tq4", "tq3", "tq2"                                          both sides in tq-b (b = 4, 3, 2)
-GPU_CACHE_KINDS are the kinds with GPU kernels: every kind but the tq kinds (TQ_KINDS), which
-only the golden cache stores for now.
+GPU_CACHE_KINDS are the kinds with GPU attention kernels: every kind but the tq kinds
+(TQ_KINDS), which the GPU cache stores (its appends) but no GPU decode reads yet.
 
 A turbo or tq side is stored in a rotated domain (the rotation spreads outlier dims over the
 row before the quantizer sees it): turbo stores the WHT of the row, y = wht(x); tq first flips
@@ -62,7 +62,6 @@ __all__ = [
     "TQ_KINDS",
     "SIDE_KINDS",
     "side_kinds",
-    "check_gpu_kind",
     "turbo_bits",
     "tq_bits",
     "tq_signs",
@@ -118,17 +117,6 @@ def side_kinds(kind):
     if kind.startswith("bf16k-"):
         return "bf16", kind[len("bf16k-") : -1]  # 'bf16k-turbo4v'
     return kind, kind
-
-
-def check_gpu_kind(kind):
-    """kind unchanged; a tq kind (no GPU kernels yet) is a ValueError naming it. Anything else
-    is left to side_kinds."""
-    if isinstance(kind, str) and kind in TQ_KINDS:
-        raise ValueError(
-            f"kind {kind!r}: the tq kinds {TQ_KINDS} have no GPU kernels yet "
-            f"(qwenref.golden.KVCache stores them); the GPU cache takes {GPU_CACHE_KINDS}"
-        )
-    return kind
 
 
 def _check_side(side):

@@ -149,6 +149,7 @@ _LADDER_SHAPES = {
     "wht": {"n": 256},
     "q8_append": {"head_dim": 256, "bits": 8},
     "turbo_append": {"head_dim": 256, "bits": 4},
+    "tq_append": {"head_dim": 256, "bits": 4},
     "update_block_keys": {},
     "block_scores": {},
     "select": {"nblk": 512, "kblk": 32},

@@ -7,7 +7,7 @@ import pytest
 import qwenref
 from qwenref import golden
 from qwenref.bench import counting
-from qwenref.layout import GPU_CACHE_KINDS
+from qwenref.layout import CACHE_KINDS
 
 # ---- byte counting ---------------------------------------------------------------------------
 
@@ -16,7 +16,7 @@ def test_kv_bytes_per_token_matches_golden_cache_for_every_kind():
     cfg = qwenref.AttnConfig.qwen35_27b().replace(
         indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0, indexer_budget=0
     )
-    for kind in GPU_CACHE_KINDS:  # the bench counts the kinds with kernels
+    for kind in CACHE_KINDS:
         got = counting.kv_bytes_per_token(kind, cfg.nkv, cfg.head_dim)
         assert got == golden.KVCache(cfg, max_t=1, kind=kind).nbytes_per_token(), kind
     # by hand for the 27B shape (4 kv heads x 256): q8 = 256 codes + 8 f16 scales per head side

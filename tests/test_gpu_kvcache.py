@@ -629,8 +629,8 @@ def test_kvcache_bad_appends(cp, rng, impl):
 
 def test_append_rungs_and_kernel_names():
     # CPU only: the rung table, the kernel each rung launches, and that those kernels exist
-    assert gpu_kv.RUNGS == {"q8_append": ("v0", "v1"), "turbo_append": ("v0", "v1")}
-    assert gpu_kv.DEFAULT_RUNG == {"q8_append": "v1", "turbo_append": "v1"}
+    assert gpu_kv.RUNGS == {f: ("v0", "v1") for f in ("q8_append", "turbo_append", "tq_append")}
+    assert gpu_kv.DEFAULT_RUNG == {"q8_append": "v1", "turbo_append": "v1", "tq_append": "v1"}
     rk = gpu_kv.rung_kernel
     assert rk("q8_append") == rk("q8_append", "v1") == "kv_append_q8"
     assert rk("q8_append", "v0", nb=1, nkv=4, head_dim=256) == "q8_append_v0"

@@ -348,12 +348,15 @@ def test_tq_caches_refuse_bad_appends_unchanged(rng):
             golden.KVCache(cfg, 8, kind=bad)
 
 
-def test_gpu_cache_refuses_tq_kinds_before_allocating():
-    from qwenref import gpu
+def test_gpu_decode_plan_refuses_tq_kinds():
+    """The GPU cache stores the tq kinds (its appends); no GPU decode reads them yet, and the
+    plan says so by name before anything runs (no GPU is needed to plan)."""
+    from qwenref.gpu.attention import plan
 
-    for kind in layout.TQ_KINDS:  # no GPU is needed to refuse: nothing is allocated
-        with pytest.raises(ValueError, match=rf"^kind '{kind}': the tq kinds .* no GPU kernels"):
-            gpu.KVCache(qwenref.AttnConfig.tiny(), 8, kind=kind)
+    for kind in layout.TQ_KINDS:
+        cache = qwenref.golden.KVCache(qwenref.AttnConfig.tiny(), 8, kind=kind)
+        with pytest.raises(ValueError, match=rf"^cache kinds \(k '{kind}', v '{kind}'\) have no"):
+            plan(cache, 1, gpu=False)
 
 
 # ---- error on vectors with outlier channels -------------------------------------------------

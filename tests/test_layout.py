@@ -43,12 +43,9 @@ def test_side_kinds_and_bits():
     assert [layout.turbo_bits(s) for s in layout.SIDE_KINDS] == [0, 0, 0, 8, 4, 3, 2, 0, 0, 0]
     assert [layout.tq_bits(s) for s in layout.SIDE_KINDS] == [0] * 7 + [4, 3, 2]
     assert layout.side_kinds("tq3") == ("tq3", "tq3")
-    # the tq kinds are every kind without GPU kernels
+    # the tq kinds are every kind without GPU attention kernels
     assert layout.TQ_KINDS == ("tq4", "tq3", "tq2")
     assert layout.CACHE_KINDS == layout.GPU_CACHE_KINDS + layout.TQ_KINDS
-    assert layout.check_gpu_kind("turbo4") == "turbo4"
-    with pytest.raises(ValueError, match="^kind 'tq4': the tq kinds .* have no GPU kernels"):
-        layout.check_gpu_kind("tq4")
     with pytest.raises(ValueError, match="^kind"):
         layout.side_kinds("q4")
     with pytest.raises(TypeError, match="^kind"):

@@ -27,6 +27,7 @@ SHAPES = {
     "wht": {"n": 256},
     "q8_append": {"head_dim": 256},
     "turbo_append": {"head_dim": 256},
+    "tq_append": {"head_dim": 256},
     "update_block_keys": {},
     "block_scores": {},
     "select": {"nblk": 512, "kblk": 32},

@@ -8,6 +8,7 @@ import datetime as _dt
 import sys
 import traceback
 
+from ..layout import TQ_KINDS
 from .cases_attention import case_attention
 from .cases_elementwise import case_norm, case_rope, case_wht
 from .cases_gemv import PROJS, case_gemv
@@ -81,6 +82,15 @@ def case_list(quick):
                 lambda c: case_append(c, 4096, "turbo4"),
             ),
             ("kvcache", "KVCache.append q8", {"nb": 1}, lambda c: case_append(c, 1, "q8")),
+        ]
+        + [
+            (
+                "kvcache",
+                f"KVCache.append {kind}",
+                {"nb": 4096},
+                lambda c, kind=kind: case_append(c, 4096, kind),
+            )
+            for kind in (("tq4",) if qk else TQ_KINDS)
         ]
     )
     cases += _attention_cases(qk)

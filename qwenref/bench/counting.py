@@ -3,8 +3,8 @@ written once (the `bytes` of a bench run; gbps = bytes / time). Pure arithmetic,
 
 The KV layouts (golden/kvcache.py's module docstring), bytes per token per kv head per side:
 f32 4·hd, bf16 2·hd, q8 hd int8 codes + hd/32 float16 scales, turboN hd/16 groups of 2·N bytes
-of codes + one float16 scale. Cache kinds name one side kind for K and V ("q8"), or a bf16 K
-side with a turbo V side ("bf16k-turbo4v").
+of codes + one float16 scale, tqB hd·B/8 bytes of codes + one float16 scale. Cache kinds name
+one side kind for K and V ("q8"), or a bf16 K side with a turbo V side ("bf16k-turbo4v").
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def side_bytes_per_head(side, hd):
         return hd + 2 * (hd // 32)
     if side.startswith("turbo") and side[len("turbo") :].isdigit():
         return (hd // 16) * (2 * int(side[len("turbo") :]) + 2)
+    if side.startswith("tq") and side[len("tq") :].isdigit():
+        return hd * int(side[len("tq") :]) // 8 + 2
     raise ValueError(f"unknown cache side kind {side!r}")
 
 

@@ -173,7 +173,7 @@ def ladder_wht(ctx, rows=65536, n=256):
     )
 
 
-def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2")):
+def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2", "tq4", "tq2")):
     """KVCache.append of nb tokens at successive positions; the stored bytes are compared."""
     from .. import golden, gpu
 
@@ -184,7 +184,7 @@ def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2")):
     k, v = randn(cp, (nb, c.nkv, c.head_dim)), randn(cp, (nb, c.nkv, c.head_dim))
     nr, kv = rotated_copies(ctx, 2 * k.nbytes, k, v)  # the cache's writes never repeat a position
     for kind in kinds:
-        family = "q8_append" if kind == "q8" else "turbo_append"
+        family = "q8_append" if kind == "q8" else f"{kind.rstrip('0123456789')}_append"
         gc = golden.KVCache(c, max_t=nb, kind=kind)
         gc.append(host(k), host(v))
         ref = np.concatenate([gc.keys(nb).ravel(), gc.values(nb).ravel()])
@@ -194,9 +194,9 @@ def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2")):
             state["cache"] = cache = gpu.KVCache(c, max_t=calls * nb, kind=kind)
             cache.append(k, v, impl=impl)
             mine = cache.to_golden()
-            # q8 codes are bit-exact by construction; turbo's rotation is float32 butterflies
-            # against golden's float64 WHT, so a code on a rounding boundary may differ by one
-            # step (TOL_CODES), which the dequantized comparison below measures
+            # q8 codes are bit-exact by construction; turbo's and tq's rotation is float32
+            # butterflies against golden's float64 WHT, so a code on a rounding boundary may
+            # differ by one step (TOL_CODES), which the dequantized comparison below measures
             pairs = ((mine.k_store, gc.k_store), (mine.v_store, gc.v_store))
             if kind == "q8" and not all(
                 (ms[n][:, :nb] == gs[n]).all() for ms, gs in pairs for n in gs
@@ -204,7 +204,7 @@ def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2")):
                 raise AssertionError(f"q8 append ({impl}): stored bytes differ from golden")
             return np.concatenate([mine.keys(nb).ravel(), mine.values(nb).ravel()])
 
-        bits = 8 if kind == "q8" else int(kind[len("turbo") :])
+        bits = 8 if kind == "q8" else int(kind.lstrip("turbotq"))
         ladder_runs(
             ctx,
             stage="kvcache",
@@ -496,6 +496,7 @@ def ladder_cases(family, sweep=None):
         "wht": "ladder_wht",
         "q8_append": "ladder_append",
         "turbo_append": "ladder_append",
+        "tq_append": "ladder_append",
         "update_block_keys": "ladder_indexer",
         "block_scores": "ladder_indexer",
         "select": "ladder_indexer",

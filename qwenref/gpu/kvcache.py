@@ -19,8 +19,9 @@ import numpy as np
 
 from .._args import bits_arg
 from ..golden.kvcache import KVCache as GoldenKVCache
+from ..golden.tq import tq_codebook as golden_tq_codebook
 from ..kvcache_base import KVCacheBase
-from ..layout import CACHE_KINDS, Q8_GROUP, TURBO_GROUP, check_gpu_kind, turbo_bits
+from ..layout import CACHE_KINDS, Q8_GROUP, TURBO_GROUP, tq_bits, turbo_bits
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
 from .rungs import defaults_of, kernel_module, rungs_of
 
@@ -30,6 +31,8 @@ __all__ = [
     "q8_dequantize",
     "turbo_quantize",
     "turbo_dequantize",
+    "tq_quantize",
+    "tq_dequantize",
     "bf16_bits",
     "bf16_from_bits",
     "KVCache",
@@ -54,7 +57,7 @@ def _k(fn):
 # ---- rungs ----------------------------------------------------------------------------------
 RUNGS = rungs_of("kvcache")  # views of the rung table (qwenref/gpu/rungs.py)
 DEFAULT_RUNG = defaults_of("kvcache")
-_V0_TURBO_MAX_HD = 256  # turbo_append_v0 holds a row in a 256-float local array
+_V0_TURBO_MAX_HD = 256  # turbo_append_v0 and tq_append_v0 hold a row in a 256-float local array
 
 
 def _rung(family, impl):
@@ -63,8 +66,9 @@ def _rung(family, impl):
 
 def rung_kernel(family, impl=None, **shape):
     """The kernel a rung of an append family launches: "q8_append_v0", "kv_append_q8",
-    "turbo_append_v0", or "kv_append_turbo_n<head_dim>" (turbo v1 needs head_dim=; other
-    shape keys, e.g. nb, nkv, kind, bits, are accepted and do not change the name)."""
+    "turbo_append_v0", "kv_append_turbo_n<head_dim>", "tq_append_v0" or
+    "kv_append_tq_n<head_dim>" (turbo and tq v1 need head_dim=; other shape keys, e.g. nb,
+    nkv, kind, bits, are accepted and do not change the name)."""
     impl = _rung(family, impl)
     if impl == "v0":
         return f"{family}_v0"
@@ -81,7 +85,7 @@ def rung_kernel(family, impl=None, **shape):
         raise ValueError(
             f"head_dim must be a power of two in [16, {cap}] for {family!r} {impl!r}, got {hd!r}"
         )
-    return f"kv_append_turbo_n{int(hd)}"
+    return f"kv_append_{family[: -len('_append')]}_n{int(hd)}"
 
 
 def _groups_of(name, a, size):
@@ -162,6 +166,103 @@ def turbo_dequantize(codes, d, bits, out=None):
     return out
 
 
+# ---- tq-b ------------------------------------------------------------------------------------
+_TQ_MAX_N = 1024  # the row of kv_append_tq_n<n> is held in one warp's registers
+
+
+def _tq_codebook(bits):
+    """golden.tq_codebook(bits) on the current device, made once per (device, bits)."""
+    cp = cupy()
+    key = (cp.cuda.Device().id, bits)
+    if key not in _TQ_TABLES:
+        _TQ_TABLES[key] = cp.asarray(golden_tq_codebook(bits))
+    return _TQ_TABLES[key]
+
+
+_TQ_TABLES = {}
+
+
+def _tq_width(name, n):
+    if n < 16 or n & (n - 1) or n > _TQ_MAX_N:
+        raise ValueError(
+            f"{name}'s last axis must be a power of two in [16, {_TQ_MAX_N}] on the GPU (one "
+            f"warp holds a row), got {n}"
+        )
+
+
+def _launch_tq(
+    x, codes, gamma, rows_nb, nkv, max_t, t0, bits, x1=None, c1=None, g1=None, rotate=False
+):
+    """kv_append_tq_n<n>: rows of x (and x1, the V side, in the same launch) -> codes, gamma."""
+    n = x.shape[-1]
+    sides = 1 if x1 is None else 2
+    if x1 is None:
+        x1, c1, g1 = x, codes, gamma
+    rows_per_warp = 32 // (n // max(4, n // 32))  # wht.cu's layout: L lanes a row
+    warps = -(-sides * rows_nb * nkv // rows_per_warp)
+    kernel(kernel_module("tq_append", "v1"), f"kv_append_tq_n{n}")(
+        _grid(warps, _THREADS // 32),
+        (_THREADS,),
+        (
+            x,
+            codes,
+            gamma,
+            x1,
+            c1,
+            g1,
+            _tq_codebook(bits),
+            np.int32(rows_nb),
+            np.int32(nkv),
+            np.int32(max_t),
+            np.int32(t0),
+            np.int32(bits),
+            np.int32(sides),
+            np.int32(1 if rotate else 0),
+        ),
+    )
+
+
+def tq_quantize(y, bits, codes_out=None, gamma_out=None):
+    """tq-b over the last axis (no rotation here): (codes uint8 [..., n * bits // 8], gamma
+    float16 [...]), as golden.tq_quantize: codes bit-exact, gamma too but for a float64 sum
+    order (kernels_cuda/kvcache.cu says when that can show).
+
+    y: cupy float32 [..., n], n a power of two in [16, 1024]; bits: 1..4. Values are not read
+    before the launch (a gamma past float16 is stored as inf, where golden refuses the vector).
+    """
+    bits = bits_arg(bits, 4, "4, 3, 2")
+    check_array("y", y, np.float32)
+    _tq_width("y", y.shape[-1] if y.ndim else 0)
+    n = y.shape[-1]
+    codes_out = out_array("codes_out", codes_out, y.shape[:-1] + (n * bits // 8,), np.uint8)
+    gamma_out = out_array("gamma_out", gamma_out, y.shape[:-1], np.float16)
+    rows = y.size // n
+    if rows:
+        _launch_tq(y, codes_out, gamma_out, rows, 1, rows, 0, bits)
+    return codes_out, gamma_out
+
+
+def tq_dequantize(codes, gamma, bits, out=None):
+    """C[c] * float32(gamma): float32 [..., n] (exact: one float32 product), C = the codebook."""
+    bits = bits_arg(bits, 4, "4, 3, 2")
+    check_array("codes", codes, np.uint8)
+    if codes.ndim < 1 or (8 * codes.shape[-1]) % bits:
+        raise ValueError(
+            f"codes' last axis must hold whole vectors of {bits}-bit codes, got shape {codes.shape}"
+        )
+    check_array("gamma", gamma, np.float16, codes.shape[:-1])
+    n = 8 * codes.shape[-1] // bits
+    out = out_array("out", out, codes.shape[:-1] + (n,), np.float32)
+    rows = gamma.size
+    if rows:
+        kernel("kvcache_tq", "tq_dequantize_f32")(
+            _grid(rows, _THREADS),
+            (_THREADS,),
+            (codes, gamma, _tq_codebook(bits), out, np.int64(rows), np.int32(n), np.int32(bits)),
+        )
+    return out
+
+
 # ---- bf16 -----------------------------------------------------------------------------------
 def bf16_bits(x, out=None):
     """float32 -> uint16 bf16 bit patterns, round to nearest even (NaN -> sign | 0x7fc0)."""
@@ -198,7 +299,22 @@ def _side_append(side, store, x, t0, max_t, store1=None, x1=None):
     sides = 1 if store1 is None else 2
     if store1 is None:
         store1, x1 = store, x
-    if side == "q8":
+    if side.startswith("tq"):
+        _launch_tq(
+            x,
+            store["codes"],
+            store["gamma"],
+            nb,
+            nkv,
+            max_t,
+            t0,
+            tq_bits(side),
+            x1=None if sides == 1 else x1,
+            c1=store1["codes"],
+            g1=store1["gamma"],
+            rotate=True,
+        )
+    elif side == "q8":
         units = sides * rows * (hd // 8)  # 8 values per thread
         kernel(kernel_module("q8_append", "v1"), "kv_append_q8")(
             _grid(units, _THREADS),
@@ -231,7 +347,8 @@ def _side_append(side, store, x, t0, max_t, store1=None, x1=None):
 
 def _side_append_v0(side, store, x, t0, max_t):
     """As _side_append for one side, through kvcache_v0.cu's kernels (f32 / bf16: the same
-    copies as every rung). One thread per q8 group of 32 or per turbo (token, kv head) row."""
+    copies as every rung). One thread per q8 group of 32 or per turbo / tq (token, kv head)
+    row."""
     if side in ("f32", "bf16"):
         _side_append(side, store, x, t0, max_t)
         return
@@ -241,6 +358,20 @@ def _side_append_v0(side, store, x, t0, max_t):
         grid = _grid(nb * nkv * (hd // Q8_GROUP), _THREADS)
         kern = kernel(kernel_module("q8_append", "v0"), "q8_append_v0")
         kern(grid, (_THREADS,), (x, store["q"], store["d"], *dims))
+    elif side.startswith("tq"):
+        grid = _grid(nb * nkv, _THREADS)
+        kernel(kernel_module("tq_append", "v0"), "tq_append_v0")(
+            grid,
+            (_THREADS,),
+            (
+                x,
+                store["codes"],
+                store["gamma"],
+                _tq_codebook(tq_bits(side)),
+                *dims,
+                np.int32(tq_bits(side)),
+            ),
+        )
     else:
         grid = _grid(nb * nkv, _THREADS)
         kernel(kernel_module("turbo_append", "v0"), "turbo_append_v0")(
@@ -262,7 +393,7 @@ class KVCache(KVCacheBase):
     max_turbo_head_dim = 1024  # the fused rotate + quantize append holds a row in registers
 
     def __init__(self, cfg, max_t=4096, kind="f32"):
-        super().__init__(cfg, max_t, check_gpu_kind(kind))  # tq kinds: no kernels yet
+        super().__init__(cfg, max_t, kind)
 
     @property
     def xp(self):
@@ -303,7 +434,7 @@ class KVCache(KVCacheBase):
         return k, v, index_k
 
     def _store(self, k, v, t0, impl):
-        """Rotate (turbo), quantize and store K and V at token slots t0 .. t0+nb-1."""
+        """Rotate (turbo, tq), quantize and store K and V at token slots t0 .. t0+nb-1."""
         if impl == "v0":
             _side_append_v0(self.k_kind, self.k_store, k, t0, self.max_t)
             _side_append_v0(self.v_kind, self.v_store, v, t0, self.max_t)
@@ -325,6 +456,8 @@ class KVCache(KVCacheBase):
             return bf16_from_bits(s["data"])
         if side == "q8":
             return q8_dequantize(s["q"], s["d"])
+        if side.startswith("tq"):
+            return tq_dequantize(s["codes"], s["gamma"], tq_bits(side))
         return turbo_dequantize(s["codes"], s["d"], turbo_bits(side))
 
     def to_golden(self):

@@ -61,6 +61,7 @@ FAMILIES = MappingProxyType(
         "wht": Family("wht", {"v0": "wht_v0", "v1": "wht"}, "v1"),
         "q8_append": Family("kvcache", {"v0": "kvcache_v0", "v1": "kvcache"}, "v1"),
         "turbo_append": Family("kvcache", {"v0": "kvcache_v0", "v1": "kvcache"}, "v1"),
+        "tq_append": Family("kvcache", {"v0": "kvcache_v0", "v1": "kvcache_tq"}, "v1"),
         "update_block_keys": Family("indexer", {"v0": "indexer_v0", "v1": "indexer"}, "v1"),
         "block_scores": Family("indexer", {"v0": "indexer_v0", "v1": "indexer"}, "v1"),
         "select": Family("indexer", {"v0": "indexer_v0", "v1": "indexer_select"}, "v1"),
