@@ -379,3 +379,20 @@ def best_rungs(recs):
         if r.get("median_us") and (k not in best or r["median_us"] < best[k]["median_us"]):
             best[k] = r
     return best
+
+
+def layer_steps(recs):
+    """The layer step's records by row count: {nb: {"stages": {stage: run}, "eager": run,
+    "graph": run}} from its runs "step: <stage>", "step eager (host launches)" and "step graph
+    replay" (a kind not recorded: None), rows ascending; failed or untimed runs left out."""
+    out = {}
+    for r in recs.runs:
+        if r.get("error") or not r.get("median_us"):
+            continue
+        row = out.setdefault(r["shape"]["nb"], {"stages": {}, "eager": None, "graph": None})
+        k = str(r["kernel"])
+        if k.startswith("step: "):
+            row["stages"][k[len("step: ") :]] = r
+        elif k.startswith(("step eager", "step graph")):
+            row["eager" if "eager" in k else "graph"] = r
+    return dict(sorted(out.items()))

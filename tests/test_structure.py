@@ -28,11 +28,6 @@ KNOWN = {
     "long": set(),
     "lesson": {
         "qwenref.lessons.kvcache_turbo imports qwenref.lessons.kvcache_q8",
-        "qwenref.lessons.layer imports qwenref.bench.counting",
-        "qwenref.lessons.layer imports qwenref.bench.inputs",
-        "qwenref.lessons.layer imports qwenref.bench.tolerances",
-        "qwenref.lessons.layer imports qwenref.lessons.attention",
-        "qwenref.lessons.layer imports qwenref.lessons.parity",
     },
 }
 LESSONS = "qwenref.lessons"

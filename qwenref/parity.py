@@ -1,8 +1,11 @@
-"""Parity of the golden layer with transformers' Qwen3_5DecoderLayer, as notebook 08 shows it:
-transformers builds and saves a tiny one-layer Qwen3.5, qwenref loads the checkpoint, and the
-golden layer (f32 and q8 weights, f32 and q8 caches) runs a prefill and decode steps against
-transformers' layer over the whole sequence. Quiet: no progress bars, nothing on stderr.
-`python -m qwenref.lessons.parity` records the run in results/parity_hf.json."""
+"""Parity of the golden layer with transformers' Qwen3_5DecoderLayer: transformers builds and
+saves a tiny one-layer Qwen3.5, qwenref loads the checkpoint, and the golden layer (f32 and q8
+weights; f32, q8 and tq caches) runs a prefill and decode steps against transformers' layer
+over the whole sequence. Quiet: no progress bars, nothing on stderr. Notebook 08 shows the run
+(live where asked, else the record); tests/test_parity_hf.py runs it against its record.
+
+    python -m qwenref.parity    # runs hf_parity() and records it in results/parity_hf.json
+"""
 
 from __future__ import annotations
 
@@ -15,11 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import golden, nbutil
-from ..checkpoint import load_checkpoint
-from .common import caption, side_legend
+from . import golden, nbutil
+from .checkpoint import load_checkpoint
+from .layout import TQ_KINDS
 
-__all__ = ["hf_parity", "parity", "show_parity", "write_parity"]
+__all__ = ["VARIANTS", "hf_parity", "live_or_recorded", "write_parity"]
+
+# (weights, cache kind) of the golden layer against transformers: float32 for parity, then the
+# formats' own errors beside it (the tq kinds are golden's alone: no GPU kernels yet)
+VARIANTS = (("f32", "f32"), ("f32", "q8")) + tuple(("f32", k) for k in TQ_KINDS) + (("q8", "f32"),)
 
 
 @contextlib.contextmanager
@@ -81,8 +88,8 @@ def _config_fields(conf):
 
 def hf_parity(theta=1e7, seed=0, chunks=(20, 1, 1, 1)):
     """transformers' Qwen3_5DecoderLayer against golden.FullAttentionLayer on a checkpoint that
-    transformers wrote: per-row relative errors of three golden variants (f32 / q8 weights, f32
-    / q8 cache), golden running a prefill then decode steps through a KVCache. Returns a
+    transformers wrote: per-row relative errors of the golden VARIANTS (weights, cache kind),
+    golden running a prefill then decode steps through a KVCache. Returns a
     JSON-able dict (what results/parity_hf.json records)."""
     import torch
 
@@ -109,7 +116,7 @@ def hf_parity(theta=1e7, seed=0, chunks=(20, 1, 1, 1)):
     out.update(numpy=np.__version__, config=_config_fields(model.config), variants={})
     out.update(date=time.strftime("%Y-%m-%d"), chunks=list(chunks), tolerance=1e-5)
     out["update_norm"] = nbutil.relerr(ref, xr)
-    for wf, kind in (("f32", "f32"), ("f32", "q8"), ("q8", "f32")):
+    for wf, kind in VARIANTS:
         layer = golden.FullAttentionLayer(ck.config, weights, weight_format=wf)
         cache = golden.KVCache(ck.config, max_t=64, kind=kind)
         y = np.concatenate(
@@ -123,7 +130,7 @@ def hf_parity(theta=1e7, seed=0, chunks=(20, 1, 1, 1)):
     return out
 
 
-def parity(live):
+def live_or_recorded(live):
     """(parity dict or None, a line saying where it comes from): live when `live` and torch and
     transformers (with the Qwen3.5 classes) import, else the run in results/parity_hf.json."""
     why = "not asked for (LIVE_HF is False)"
@@ -133,7 +140,7 @@ def parity(live):
             return p, f"live run: torch {p['torch']}, transformers {p['transformers']}"
         except ImportError as e:
             why = f"torch or transformers' Qwen3.5 model is not importable ({e})"
-        except Exception as e:  # an API this notebook does not know yet: say so, show the record
+        except Exception as e:  # an API this run does not know yet: say so, show the record
             msg = str(e).replace(tempfile.gettempdir(), "$TMPDIR")  # no machine's path
             why = f"the live run failed: {type(e).__name__}: {msg}"
     path = nbutil.results_path("parity_hf.json")
@@ -146,41 +153,16 @@ def parity(live):
     )
 
 
-def show_parity(p):
-    """Print each variant's errors and plot them per row."""
-    import matplotlib.pyplot as plt
-
-    print(
-        f"the layer's update |ref - x| / |x| = {p['update_norm']:.2f} (parity is not the residual)"
-    )
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    for (name, v), st in zip(p["variants"].items(), ["o-", "s-", "^-"]):
-        print(
-            f"{name:<24} all rows {v['all']:.1e}   worst row {max(v['per_row']):.1e}   "
-            f"update (y - x) {v['update']:.1e}"
-        )
-        ax.plot(v["per_row"], st, ms=4, label=name)
-    ax.axhline(p["tolerance"], color="k", ls="--", lw=1, label=f"test tolerance {p['tolerance']}")
-    ax.axhline(np.finfo(np.float32).eps, color="grey", ls=":", lw=1, label="float32 eps")
-    ax.axvline(p["chunks"][0] - 0.5, color="grey", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel(f"row (position); decode steps right of the line at {p['chunks'][0]}")
-    ax.set_ylabel("rel. error vs transformers")
-    ax.set_title("golden layer vs transformers' Qwen3_5DecoderLayer, per row")
-    side_legend(ax)
-    caption(fig, f"torch {p['torch']}, transformers {p['transformers']}, {p['date']}")
-
-
 def write_parity(path=None):
     """Run hf_parity() and record it at path (default: the repository's
     results/parity_hf.json, wherever this is run from), with how to redo it."""
     p = hf_parity()
     n_dec = len(p["chunks"]) - 1
     p["how"] = (
-        "python -m qwenref.lessons.parity: hf_parity() (theta 1e7, a prefill of "
+        "python -m qwenref.parity: hf_parity() (theta 1e7, a prefill of "
         f"{p['chunks'][0]} rows + {n_dec} decode steps), the run notebooks/08_layer.ipynb shows"
     )
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[1]
     path = Path(path) if path else repo / "results" / "parity_hf.json"
     path.write_text(json.dumps(p, indent=1) + "\n")
     return p
