@@ -27,7 +27,6 @@ KNOWN = {
     "cycle": set(),
     "long": set(),
     "lesson": {
-        "qwenref.lessons.kvcache_turbo imports qwenref.lessons.kvcache_q8",
         "qwenref.lessons.layer imports qwenref.bench.counting",
         "qwenref.lessons.layer imports qwenref.bench.inputs",
         "qwenref.lessons.layer imports qwenref.bench.tolerances",
