@@ -21,8 +21,8 @@ ABS_PATH = re.compile(r"(?<![\w.:/~-])/[\w.-]+/[\w.-]+")
 DOC = re.compile(r"\b([\w/.-]+\.md)\b")
 LESSONS = "qwenref.lessons"
 # notebooks that still import their lesson modules otherwise, to be converted (the list only
-# shrinks): 05 imports two lesson modules
-KNOWN_LESSON_IMPORTS = {"05_kvcache_turbo.ipynb"}
+# shrinks)
+KNOWN_LESSON_IMPORTS = set()
 
 
 def _cells(nb):

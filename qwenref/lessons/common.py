@@ -216,3 +216,99 @@ def takeaway(ladder, stage):
         print(f"    {_default_text(rungs, best)}")
     print_above_floor(ladder)
     print_stage(stage, ladder)
+
+
+# ---- the cache notebooks' (04, 05) figure notes, log axes and record printouts ---------------
+__all__ += [
+    "GOLDEN_NOTE",
+    "note",
+    "readable_log",
+    "tidy_ladder",
+    "print_recorded_errors",
+    "print_takeaway_times",
+]
+
+GOLDEN_NOTE = "data: golden model (numpy), computed on this machine's CPU"
+
+
+def note(ax, text=GOLDEN_NOTE):
+    """Say under a figure where its data came from: a grey line below the x label of ax (the
+    lowest axes of the figure), left-aligned with the figure."""
+    ax.annotate(
+        text,
+        xy=(0.01, 0),
+        xycoords=("figure fraction", ax.xaxis.label),
+        xytext=(0, -4),
+        textcoords="offset points",
+        ha="left",
+        va="top",
+        fontsize=7,
+        color="0.35",
+    )
+
+
+def readable_log(axis, fmt=None):
+    """Label a log axis at 1-2-5 steps with plain numbers (fmt: value -> text), no crowded
+    minor labels."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: (fmt or "{:g}".format)(v)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _bytes_text(v):
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if v >= size:
+            return f"{v / size:g} {unit}"
+    return f"{v:g} B"
+
+
+def tidy_ladder(ax):
+    """After nbutil.plot_ladder: label both log axes readably, and widen the x range to at
+    least a decade (one recorded size would leave it without a tick label)."""
+    lo, hi = ax.get_xlim()
+    mid = np.sqrt(lo * hi)
+    ax.set_xlim(min(lo, mid / 10**0.5), max(hi, mid * 10**0.5))
+    readable_log(ax.xaxis, _bytes_text)
+    readable_log(ax.yaxis)
+    return ax
+
+
+def _shape_text(r):
+    sh = r.get("shape", {})
+    return ", ".join(f"{k}={sh[k]}" for k in ("nb", "kind") if k in sh)
+
+
+def print_recorded_errors(recs, golden_err):
+    """Side by side per recorded run: golden vs float64 (measured here, bench-like input), GPU
+    vs golden (the bench's rel_err and its recorded samples)."""
+    print(recs.source)
+    print(f"golden vs float64 input, here: {golden_err:.2e} (rel.)")
+    for r in sorted(recs.runs, key=lambda r: (r.get("bytes", 0), r.get("rung", 0))):
+        g, m = nbutil.run_samples(r)
+        smp = "no samples recorded"
+        if g is not None:
+            diff = np.abs(g.astype(np.float64) - m)
+            smp = f"{int((diff > 0).sum())} of {g.size} samples differ, max |Δ| {diff.max():.1e}"
+        print(
+            f"rung {r.get('rung')} {r['kernel']:<22} {_shape_text(r):<18} GPU vs golden: "
+            f"rel {r.get('rel_err', float('nan')):.1e}; {smp}"
+        )
+
+
+def print_takeaway_times(recs):
+    """Per size of the records: the fastest rung, its µs, GB/s, % of copy and × rung 0."""
+    print(recs.source)
+    timed = [r for r in recs.runs if r.get("median_us")]
+    if not timed:
+        print("no timed runs: nothing to quote")
+        return
+    for r in sorted(nbutil.best_rungs(recs).values(), key=lambda r: r.get("bytes", 0)):
+        v0 = [x for x in timed if x.get("rung") == 0 and x.get("shape") == r.get("shape")]
+        speed = f", {v0[0]['median_us'] / r['median_us']:.1f}× rung 0" if v0 else ""
+        print(
+            f"{_shape_text(r)}: {r['kernel']} {r['median_us']:.1f} µs for "
+            f"{r['bytes'] / 1e6:.1f} MB = {r['gbps']:.0f} GB/s, "
+            f"{r['pct_of_copy']:.0f}% of copy{speed}"
+        )

@@ -1,24 +1,25 @@
-"""Drawings and printouts of notebooks/04_kvcache_q8.ipynb (the Q8_0 cache): figure notes and
-readable log axes, the bound and float16-share figures, the layout drawing, the attention-error
-figure, kernel excerpt slices, the recorded bit-exactness check, and error and timing tables
-read from records. What the figures show is computed in the notebook. Notebook 05 reuses the
-generic ones (figure notes, excerpt slices, record tables) and, through this module, the
-library's cache measurements it shares with 04 (nbutil: float64 attention, the dense config,
-golden's stored error, the rungs' live errors). Nothing here is on the decode path."""
+"""Drawings and printouts of notebooks/04_kvcache_q8.ipynb (the Q8_0 cache): the bound and
+float16-share figures, the layout drawing, the attention-error figure and table, kernel excerpt
+slices, the recorded bit-exactness check and the attention speed read from records. What the
+figures show is computed in the notebook. The figure notes, log axes and the error and timing
+tables it shares with notebook 05 come from lessons.common. Nothing here is on the decode path."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import excerpts, nbutil
-from ..nbutil import attn64, dense_cfg, golden_errors, print_live_errors
+from .. import excerpts
+from .common import (
+    GOLDEN_NOTE,
+    note,
+    print_recorded_errors,
+    print_takeaway_times,
+    readable_log,
+    side_legend,
+    tidy_ladder,
+)
 
 __all__ = [
-    "GOLDEN_NOTE",
-    "note",
-    "readable_log",
-    "tidy_ladder",
-    "legend_outside",
     "plot_bound_ratio",
     "plot_float16_share",
     "draw_layouts",
@@ -26,66 +27,12 @@ __all__ = [
     "plot_attention_errors",
     "show_lines",
     "print_recorded_bit_exact",
+    "print_attention_speed",
+    # from lessons.common, shared with notebook 05
+    "tidy_ladder",
     "print_recorded_errors",
     "print_takeaway_times",
-    "print_attention_speed",
-    # from the library (nbutil), for notebook 05 and lessons.kvcache_turbo
-    "attn64",
-    "dense_cfg",
-    "golden_errors",
-    "print_live_errors",
 ]
-
-GOLDEN_NOTE = "data: golden model (numpy), computed on this machine's CPU"
-
-
-def note(ax, text=GOLDEN_NOTE):
-    """Say under a figure where its data came from: a grey line below the x label of ax (the
-    lowest axes of the figure), left-aligned with the figure."""
-    ax.annotate(
-        text,
-        xy=(0.01, 0),
-        xycoords=("figure fraction", ax.xaxis.label),
-        xytext=(0, -4),
-        textcoords="offset points",
-        ha="left",
-        va="top",
-        fontsize=7,
-        color="0.35",
-    )
-
-
-def readable_log(axis, fmt=None):
-    """Label a log axis at 1-2-5 steps with plain numbers (fmt: value -> text), no crowded
-    minor labels."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: (fmt or "{:g}".format)(v)))
-    axis.set_minor_formatter(NullFormatter())
-
-
-def _bytes_text(v):
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if v >= size:
-            return f"{v / size:g} {unit}"
-    return f"{v:g} B"
-
-
-def tidy_ladder(ax):
-    """After nbutil.plot_ladder: label both log axes readably, and widen the x range to at
-    least a decade (one recorded size would leave it without a tick label)."""
-    lo, hi = ax.get_xlim()
-    mid = np.sqrt(lo * hi)
-    ax.set_xlim(min(lo, mid / 10**0.5), max(hi, mid * 10**0.5))
-    readable_log(ax.xaxis, _bytes_text)
-    readable_log(ax.yaxis)
-    return ax
-
-
-def legend_outside(ax, **kw):
-    """A legend right of the axes, never over the data."""
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kw)
 
 
 # ---- figures -------------------------------------------------------------------------------
@@ -99,7 +46,7 @@ def plot_bound_ratio(ratio):
     ax.set_xlabel("|x − q·d| / (d32/2 + 127·|d32 − d|)")
     ax.set_ylabel("elements (log)")
     ax.set_title(f"Q8_0 error relative to its bound ({ratio.size:,} elements)", fontsize=9)
-    legend_outside(ax)
+    side_legend(ax)
     note(ax, GOLDEN_NOTE + "; stress_groups(seed=1)")
     return fig
 
@@ -115,7 +62,9 @@ def plot_float16_share(amax, share):
     ax.set_xlabel("group amax")
     ax.set_ylabel("float16 term / group MSE")
     ax.set_title("share of each group's error due to storing the scale in float16", fontsize=9)
-    legend_outside(ax, markerscale=6)
+    ax.legend(
+        fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, markerscale=6
+    )
     note(ax, GOLDEN_NOTE + "; shares below 1e-7 drawn at 1e-7")
     return fig
 
@@ -207,7 +156,7 @@ def plot_attention_errors(Ts, errs):
 
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))  # bf16 sits low
     ax.set_title("attention output error by cache kind (Qwen3.5-27B shape)", fontsize=9)
-    legend_outside(ax)
+    side_legend(ax)
     note(ax, GOLDEN_NOTE + "; attention_by_cache(seed=3), 3 query rows × 24 heads")
     return fig
 
@@ -228,45 +177,6 @@ def print_recorded_bit_exact(st):
         print(
             f"{r['kernel']:<20} {str(r['shape']):<55} stored bytes equal to golden: "
             f"{100 * r.get('code_match', float('nan')):.4f}%"
-        )
-
-
-def _shape_text(r):
-    sh = r.get("shape", {})
-    return ", ".join(f"{k}={sh[k]}" for k in ("nb", "kind") if k in sh)
-
-
-def print_recorded_errors(recs, golden_err):
-    """Side by side per recorded run: golden vs float64 (measured here, bench-like input), GPU
-    vs golden (the bench's rel_err and its recorded samples)."""
-    print(recs.source)
-    print(f"golden vs float64 input, here: {golden_err:.2e} (rel.)")
-    for r in sorted(recs.runs, key=lambda r: (r.get("bytes", 0), r.get("rung", 0))):
-        g, m = nbutil.run_samples(r)
-        smp = "no samples recorded"
-        if g is not None:
-            diff = np.abs(g.astype(np.float64) - m)
-            smp = f"{int((diff > 0).sum())} of {g.size} samples differ, max |Δ| {diff.max():.1e}"
-        print(
-            f"rung {r.get('rung')} {r['kernel']:<22} {_shape_text(r):<18} GPU vs golden: "
-            f"rel {r.get('rel_err', float('nan')):.1e}; {smp}"
-        )
-
-
-def print_takeaway_times(recs):
-    """Per size of the records: the fastest rung, its µs, GB/s, % of copy and × rung 0."""
-    print(recs.source)
-    timed = [r for r in recs.runs if r.get("median_us")]
-    if not timed:
-        print("no timed runs: nothing to quote")
-        return
-    for r in sorted(nbutil.best_rungs(recs).values(), key=lambda r: r.get("bytes", 0)):
-        v0 = [x for x in timed if x.get("rung") == 0 and x.get("shape") == r.get("shape")]
-        speed = f", {v0[0]['median_us'] / r['median_us']:.1f}× rung 0" if v0 else ""
-        print(
-            f"{_shape_text(r)}: {r['kernel']} {r['median_us']:.1f} µs for "
-            f"{r['bytes'] / 1e6:.1f} MB = {r['gbps']:.0f} GB/s, "
-            f"{r['pct_of_copy']:.0f}% of copy{speed}"
         )
 
 
