@@ -11,10 +11,8 @@ import os
 
 import numpy as np
 
-from .. import excerpts
-
 __all__ = """
-GOLDEN_SOURCE show_lines print_recorded_errors plot_scores plot_selection plot_recall
+GOLDEN_SOURCE print_recorded_errors plot_scores plot_selection plot_recall
 plot_needle_places plot_needle_view plot_error_hist plot_against_T print_qsa_parts plot_qsa_parts
 """.split()
 
@@ -29,12 +27,6 @@ def _finish(ax, source=None, size=8, legend=True):
         kw = dict(textcoords="offset points", fontsize=7, color="0.35", va="top")
         xy = ("figure fraction", ax.xaxis.label)
         ax.annotate(source, (0.01, 0), xycoords=xy, xytext=(0, -3), **kw)
-
-
-def show_lines(file, name, first, last):
-    """Show the lines of kernel excerpt (file, name) from the first one containing `first`
-    through the next one containing `last`."""
-    excerpts.show_kernel_lines(file, name, first, last)
 
 
 def print_recorded_errors(ladders):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import excerpts
 from .common import (
     GOLDEN_NOTE,
     note,
@@ -25,7 +24,6 @@ __all__ = [
     "draw_layouts",
     "print_attention_errors",
     "plot_attention_errors",
-    "show_lines",
     "print_recorded_bit_exact",
     "print_attention_speed",
     # from lessons.common, shared with notebook 05
@@ -159,13 +157,6 @@ def plot_attention_errors(Ts, errs):
     side_legend(ax)
     note(ax, GOLDEN_NOTE + "; attention_by_cache(seed=3), 3 query rows × 24 heads")
     return fig
-
-
-# ---- kernel excerpts -----------------------------------------------------------------------
-def show_lines(file, name, first, last):
-    """Show the lines of one definition from the first containing `first` through the next one
-    containing `last` (the part of a rung that changed), dedented."""
-    excerpts.show_kernel_lines(file, name, first, last, dedent=True)
 
 
 # ---- errors and timing, from records ------------------------------------------------------

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import excerpts, floor, nbutil
+from .. import floor, nbutil
 
 __all__ = [
     "plot_precision_sweeps",
     "plot_weight_decay",
     "ULP_BINS",
     "plot_ulps",
-    "show_lines",
     "mark_above_floor",
     "peer_lines",
     "ladder_takeaway",
@@ -122,11 +121,6 @@ def plot_ulps(panels, title=""):
     fig.suptitle(title)
     fig.tight_layout()
     return fig
-
-
-def show_lines(text, title, first, last):
-    """Show lines_between(text, first, last) under a title (no line numbers)."""
-    excerpts.show_lines(text, title, first, last, numbered=False)
 
 
 def mark_above_floor(ax, recs):
