@@ -29,9 +29,12 @@
 // 65504 for the scaled kinds (a V' below 2^-14 is subnormal, absolute error <= 2^-25 instead);
 // bf16 V any finite value.
 // Rungs of the attention family:
-//   v0   attention_v0.cu: attention_v0_<K>_<V>, a warp per (row, q head), one pass, no partials
-//   v1   attention_v1.cu + attention_combine.cu: CUDA-core split-T partials, every kind pair
-//   mma  attention_mma.cu (this file) + attention_combine.cu: the partials on tensor cores
+//   v0    attention_v0.cu: attention_v0_<K>_<V>, a warp per (row, q head), one pass, no partials
+//   split attention_split.cu + attention_combine.cu: v0 split over T (a warp per split, plain
+//         loads), the partials merged by their log-sum-exp
+//   v1    attention_v1.cu + attention_combine.cu: CUDA-core split-T partials, every kind pair
+//         (token tiles prefetched into registers, one reduce-scatter per tile, warps merged)
+//   mma   attention_mma.cu (this file) + attention_combine.cu: the partials on tensor cores
 //
 // Per CTA the token range is the union of the rows' split ranges [lo_b, hi_b) (golden's
 // split_bounds(base_pos + b + 1, S), so partials equal v1's/golden's); column c only sees tokens

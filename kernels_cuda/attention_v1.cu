@@ -24,9 +24,12 @@
 // drops a subset of golden's tokens and |o - golden| <= sum over {p_i < thr} of p_i*|v_i| per
 // dim. Dropped tokens still count in l.
 // Rungs of the attention family:
-//   v0   attention_v0.cu: attention_v0_<K>_<V>, a warp per (row, q head), one pass, no partials
-//   v1   attention_v1.cu (this file) + attention_combine.cu: CUDA-core split-T partials
-//   mma  attention_mma.cu + attention_combine.cu: q8/q8 partials on tensor cores, rows in 1 CTA
+//   v0    attention_v0.cu: attention_v0_<K>_<V>, a warp per (row, q head), one pass, no partials
+//   split attention_split.cu + attention_combine.cu: v0 split over T (a warp per split, plain
+//         loads), the partials merged by their log-sum-exp
+//   v1    attention_v1.cu (this file) + attention_combine.cu: CUDA-core split-T partials
+//         (token tiles prefetched into registers, one reduce-scatter per tile, warps merged)
+//   mma   attention_mma.cu + attention_combine.cu: the partials on tensor cores, rows in 1 CTA
 
 #include <cuda_fp16.h>
 
