@@ -81,7 +81,7 @@ MMA_KINDS = {
 }
 # The pairs whose mma partials impl=None takes: each measured faster than its v1 partials on an
 # H200 (docs/performance.md); the others run them only when asked (impl="mma") until they are.
-MMA_BY_DEFAULT = frozenset({("q8", "q8")})
+MMA_BY_DEFAULT = MMA_KINDS
 # the kernels_cuda module (NVRTC compiles each alone) of each rung's kernel, and the combine's;
 # a plan's options go to its rung's module, the combine's module takes none
 KERNEL_MODULE = dict(family("attention").kernels)
