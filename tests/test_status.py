@@ -301,3 +301,15 @@ def test_performance_page_is_up_to_date():
         "docs/performance.md is out of date with results/nvidia-h200.json: "
         "run python -m qwenref.status"
     )
+
+
+def test_the_h100_page_is_up_to_date():
+    """docs/performance-h100.md: the same page for the H100 records (runs made where no H200
+    could be had), generated the same way."""
+    src = "results/nvidia-h100-80gb-hbm3.json"
+    want = status.render(status.load(PAGE.parent.parent / src), source=src)
+    page = PAGE.parent / "performance-h100.md"
+    assert page.read_text(encoding="utf-8") == want, (
+        f"docs/performance-h100.md is out of date with {src}: run python -m qwenref.status "
+        f"--results {src} --out docs/performance-h100.md"
+    )
