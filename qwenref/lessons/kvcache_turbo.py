@@ -149,22 +149,22 @@ def plot_kv_sweep(score_stds, cases):
 
 # ---- tq-b: TurboQuant's quantizer as a cache kind ------------------------------------------
 def plot_rotation_probes(seen):
-    """seen {probe name: (√d·wht(x), √d·wht(s ⊙ x))}: each probe's coordinates after the
+    """seen {probe name: (√hd·wht(x), √hd·wht(s ⊙ x))}: each probe's coordinates after the
     plain WHT and after the signed one, as histograms over N(0, 1)."""
     fig, axes = plt.subplots(1, len(seen), figsize=(11, 2.7), sharey=True)
     zz, kw = np.linspace(-4, 4, 200), dict(bins=np.linspace(-4.2, 4.2, 43), density=True)
     pdf = np.exp(-zz * zz / 2) / np.sqrt(2 * np.pi)  # N(0, 1)
     for ax, (name, (y_fixed, y_signed)) in zip(axes, seen.items()):
-        ax.hist(np.clip(y_fixed, -4.1, 4.1), alpha=0.5, label="√d · WHT(x)", **kw)
-        signed = "√d · WHT(s ⊙ x), s = tq_signs"
+        ax.hist(np.clip(y_fixed, -4.1, 4.1), alpha=0.5, label="√hd · WHT(x)", **kw)
+        signed = "√hd · WHT(s ⊙ x), s = tq_signs"
         ax.hist(np.clip(y_signed, -4.1, 4.1), histtype="step", lw=1.5, label=signed, **kw)
         ax.plot(zz, pdf, "k:", lw=1, label="N(0, 1)")
         top = float(np.abs(y_fixed).max())
         if top > 4.1:  # a spike the clipped axis cannot show
             arrow = dict(arrowstyle="->")
             ax.annotate(f"1 value at {top:.0f}", (4.1, 0.02), (0.8, 1.5), arrowprops=arrow, size=8)
-        ax.set_title(f"{name}: max|√d·WHT(x)| = {top:.1f}", fontsize=9)
-        ax.set_xlabel("coordinate × √d (clipped at ±4.1)")
+        ax.set_title(f"{name}: max|√hd·WHT(x)| = {top:.1f}", fontsize=9)
+        ax.set_xlabel("coordinate × √hd (clipped at ±4.1)")
     axes[0].set_ylabel("density")
     return _finish(fig, axes[-1], axes[0], GOLDEN_NOTE + "; golden.wht, golden.wht_signed")
 
@@ -179,7 +179,7 @@ def plot_codebooks(u, u_raw, codebooks):
     lim = float(np.abs(u_raw).max()) * 1.05
     axes[0].hist(u_raw.ravel(), bins=np.linspace(-lim, lim, 121), density=True, color="0.6")
     axes[0].set(yscale="log", xlabel="coordinate", ylabel="density")
-    axes[0].set_title("without rotation: x·√n/‖x‖", fontsize=9)
+    axes[0].set_title("without rotation: x·√hd/‖x‖", fontsize=9)
     for ax, (b, cb) in zip(axes[1:], codebooks.items()):
         ax.hist(u.ravel(), bins=np.linspace(-4.5, 4.5, 91), density=True, alpha=0.45, label="u")
         ax.plot(zz, pdf, "k:", lw=1, label="N(0, 1)")
@@ -189,7 +189,7 @@ def plot_codebooks(u, u_raw, codebooks):
         for c in cb:
             ax.axvline(c, color="C3", lw=0.9, alpha=0.7)
         ax.set(xlim=(-4.5, 4.5), ylim=(0, 0.5), xlabel="u (grey dashed: cell edges)")
-        ax.set_title(f"tq{b}: {cb.size} levels over u = y·√n/‖y‖", fontsize=9)
+        ax.set_title(f"tq{b}: {cb.size} levels over u = y·√hd/‖y‖", fontsize=9)
     return _finish(fig, axes[-1], axes[0], GOLDEN_NOTE + "; golden.tq_codebook, wht_signed")
 
 
@@ -203,11 +203,12 @@ def plot_rate_distortion(rd, d_lm, shannon_bits=(1, 9.2)):
     lm = "Lloyd–Max on N(0, 1), no scale (b bits)"
     ax.plot(list(d_lm), list(d_lm.values()), "kD", mfc="none", ms=6, label=lm)
     turbo = ("turbo", "C3-s", "turbo-n: groups of 16, f16 scale (n + 1 bits)")
-    for fam, style, lab in (turbo, ("tq", "C0-o", "tq-b: one codebook, one f16 γ (b + 16/n bits)")):
+    tq = ("tq", "C0-o", "tq-b: one codebook, one f16 γ (b + 16/hd bits)")
+    for fam, style, lab in (turbo, tq):
         ax.plot(*zip(*sorted(v for k, v in rd.items() if k.startswith(fam))), style, label=lab)
     for k, (x, y) in rd.items():
         ax.annotate(k, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7)
-    ax.set(yscale="log", xlabel="bits per value, scales counted (n = head_dim = 256)")
+    ax.set(yscale="log", xlabel="bits per value, scales counted (hd = head_dim = 256)")
     ax.set_ylabel("relative MSE ‖x̂ − x‖² / ‖x‖²")
     ax.set_title("rate–distortion at equal storage (1024 vectors, 4 channels ×10)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
