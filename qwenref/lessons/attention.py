@@ -13,8 +13,8 @@ from .common import caption, side_legend
 
 __all__ = """
     plot_split_errors plot_split_rule plot_sparse_v plot_knob knob_sliders print_side_costs
-    print_bf16_keys plot_kinds print_plans show_rung plot_errors print_v0_growth
-    print_kind_times take_away
+    print_bf16_keys plot_kinds print_plans show_rung missing_rungs ladder_title plot_errors
+    print_v0_growth print_kind_times take_away
 """.split()
 
 LADDER = RUNGS["attention"]  # a record's "rung" is its index here: v0 0, split 1, v1 2, mma 3
@@ -195,6 +195,24 @@ def show_rung(recs, impl):
         )
 
 
+def missing_rungs(recs):
+    """The attention rungs with no timed run in the records, in ladder order."""
+    ok = _ok(recs)
+    return [impl for i, impl in enumerate(LADDER) if not any(r.get("rung") == i for r in ok)]
+
+
+def _no_runs(recs):
+    """'' or a note naming the rungs the records hold no runs of."""
+    missing = [f"rung {LADDER.index(impl)} ({impl})" for impl in missing_rungs(recs)]
+    return f"{', '.join(missing)}: no runs in these records" if missing else ""
+
+
+def ladder_title(recs):
+    """The ladder figure's title, naming the rungs it cannot show (no runs recorded)."""
+    note = _no_runs(recs)
+    return "attention: every rung, every cache kind" + (f"; {note}" if note else "")
+
+
 def plot_errors(recs, golden_err):
     """Per cache kind of the records: golden against float64 on the same stored values
     (golden_err = {kind: error}, this machine) beside each recorded GPU rung against golden
@@ -222,7 +240,11 @@ def plot_errors(recs, golden_err):
     ax.axhline(TOL_ATTN_MMA, color="k", ls=":", lw=1, label=f"tol mma ({TOL_ATTN_MMA:.0e})")
     ax.set_xticks(x, kinds)
     ax.set(yscale="log", ylabel="norm-wise rel. error")
-    ax.set_title("golden against float64, each GPU rung against golden (T on each GPU bar)")
+    note = _no_runs(recs)  # a rung with no runs has no bar: the title names it
+    ax.set_title(
+        "golden against float64, each GPU rung against golden (T on each GPU bar)"
+        + (f"\n{note}" if note else "")
+    )
     side_legend(ax)
     caption(fig, "golden: this machine, T = 1024; GPU: " + recs.source)
     return fig
@@ -285,8 +307,7 @@ def take_away(recs, sweep):
         if v1 in rs and mma in rs:
             line += f"; mma {rs[v1]['median_us'] / rs[mma]['median_us']:.1f}x v1"
         print(line)
-    missing = [impl for i, impl in enumerate(LADDER) if not any(r["rung"] == i for r in ok)]
-    print("rungs with no runs in these records:", ", ".join(missing) or "none")
+    print("rungs with no runs in these records:", ", ".join(missing_rungs(recs)) or "none")
     good = _ok(sweep)
     if not good:
         print("n_splits sweep: none recorded here")

@@ -1,11 +1,14 @@
 """Drawings and printouts of notebooks/08_layer.ipynb (the decoder layer): the parity run with
-transformers, the golden step's time per stage, the bytes of each GPU stage, the GPU step per
-stage (eager, graph replay) and the host's share of an eager step, what q8 weights and the
-cache kinds cost, and the GPU layer against golden. What they show (the parity run itself in
-qwenref.parity, the stage times in qwenref.stage_time, the layer's records read by
-qwenref.nbrecords.layer_steps, the variants' errors) is computed in the notebook."""
+transformers, the golden step's time per stage, the GEMV ladder's joined kernels, the bytes of
+each GPU stage, the GPU step per stage (eager, graph replay) and the host's share of an eager
+step, what q8 weights and the cache kinds cost, and the GPU layer against golden. What they
+show (the parity run itself in qwenref.parity, the stage times in qwenref.stage_time, the
+layer's records read by qwenref.nbrecords.layer_steps, the variants' errors) is computed in the
+notebook."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -13,8 +16,8 @@ from ..gpu.layer import STAGES
 from .common import caption, side_legend
 
 __all__ = """
-    show_parity plot_golden_stages print_stage_bytes plot_gpu_steps print_step_times
-    print_host_side plot_q8_costs plot_gpu_errors
+    show_parity plot_golden_stages caption_joined_kernels print_stage_bytes plot_gpu_steps
+    print_step_times print_host_side plot_q8_costs plot_gpu_errors
 """.split()
 
 
@@ -60,6 +63,26 @@ def plot_golden_stages(us, groups, title):
     ax.set_title(title)
     side_legend(ax)
     caption(fig, "golden model, timed on this machine just now")
+
+
+def caption_joined_kernels(fig, recs):
+    """Under a ladder figure (nbutil.plot_ladder): a legend line ending in * joins the kernels
+    one rung picks per matrix shape (their names' common stem); name them, each with the
+    projections it ran."""
+    groups = {}  # (rung, weights) -> {kernel: [proj, ...]}
+    for r in (r for r in recs.runs if r.get("gbps") and r.get("bytes")):
+        key = (r.get("rung", 0), r["shape"].get("weights"))
+        groups.setdefault(key, {}).setdefault(r["kernel"], []).append(r["shape"].get("proj"))
+    lines = []
+    for (rung, _), kernels in sorted(groups.items(), key=str):
+        if len(kernels) > 1:
+            stem = os.path.commonprefix(sorted(kernels)).rstrip("_") + "*"
+            each = ", ".join(f"{k} ({', '.join(p)})" for k, p in sorted(kernels.items()))
+            lines.append(
+                f"rung {rung}: {stem} joins {len(kernels)} kernels, picked per shape: {each}"
+            )
+    if lines:
+        caption(fig, "\n".join(lines))
 
 
 def print_stage_bytes(sel, dense, budget):
