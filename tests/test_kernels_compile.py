@@ -1,6 +1,6 @@
 """Every kernels_cuda/*.cu builds with nvcc for every architecture in compile_check.ARCHS (CI
 has nvcc, no GPU), as the text NVRTC compiles (headers pasted in), and once more as the file on
-disk (`nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -cubin`); the ptxas report parser reads what
+disk (`nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -ptx`); the ptxas report parser reads what
 nvcc prints. The builds come from compile_check's cache: `make test` runs compile_check first,
 so these tests read its results instead of building everything again."""
 
@@ -68,7 +68,7 @@ def test_kernel_compiles(cu, arch):
 @needs_nvcc
 @pytest.mark.parametrize("cu", CU_FILES, ids=[p.name for p in CU_FILES])
 def test_kernel_compiles_as_the_file_on_disk(cu):
-    """nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -cubin X.cu: the headers found by -I, each
+    """nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -ptx X.cu: the headers found by -I, each
     included as often as the includes say (include guards), as a reader builds a file by hand."""
     b = _both()[1][cu.name]
     assert b.ok and b.arch == "sm_90", f"{cu.name} does not compile as a file:\n{b.messages}"

@@ -20,7 +20,8 @@ which mma attention kernels fit the dynamic shared memory a block may opt into t
 runs v1 instead of the others: qwenref/gpu/attention_plan.py).
 
 Each file of kernels_cuda/ is also compiled as the file on disk, the way a reader builds one by
-hand: `nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -cubin X.cu` (AS_FILE_FLAGS). This checks
+hand: `nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -ptx X.cu` (AS_FILE_FLAGS: the C++ compile to
+PTX; the pasted builds above already run ptxas on the same code). This checks
 what pasting hides: a header without its include guard, or one that does not compile where it
 is included. Both checks share one pool of `--jobs` nvcc processes, the longest builds first,
 and the same cache. Every *.cu in kernels_cuda/ is checked, so a new file is picked up by
@@ -71,7 +72,7 @@ ARCH = "sm_90"  # the per-kernel table's architecture: the kernels are tuned on 
 FLAGS = ("-std=c++17", "-Xptxas", "-v")
 _CACHE_FORMAT = 1  # bump when the JSON layout changes, so old entries miss
 # the as-file build: one arch (ARCH), the headers found through -I kernels_cuda, a cubin
-AS_FILE_FLAGS = ("-std=c++17", "-cubin")
+AS_FILE_FLAGS = ("-std=c++17", "-ptx")  # the C++ compile; ptxas runs on the pasted builds
 
 # Shared memory one block may opt into per architecture (cudaDevAttrMaxSharedMemoryPerBlockOptin;
 # CUDA C++ Programming Guide, technical specifications per compute capability): what the plan
@@ -362,7 +363,7 @@ def _build_as_file(path: Path, nvcc: str, arch: str) -> FileBuild:
             "-I",
             str(path.parent),
             "-o",
-            os.path.join(tmp, path.stem + ".cubin"),
+            os.path.join(tmp, path.stem + ".ptx"),
             str(path),
         ]
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -414,7 +415,7 @@ def check_as_files(
     paths, nvcc: str, arch: str = ARCH, cache_dir: Path | None = None, jobs: int | None = None
 ) -> list[FileBuild]:
     """Every file compiled as it is on disk for `arch` (`nvcc -arch=<arch> -std=c++17 -I <its
-    folder> -cubin`), from the cache where the key matches, `jobs` at a time."""
+    folder> -ptx`), from the cache where the key matches, `jobs` at a time."""
     return _in_pool(_as_file_tasks([Path(p) for p in paths], nvcc, arch, cache_dir), jobs)
 
 
