@@ -10,11 +10,12 @@ import numpy as np
 from ..gpu.attention import RUNGS, TOL_ATTN, TOL_ATTN_MMA
 from ..layout import side_bytes_per_head, side_kinds
 from .common import caption, side_legend
+from .common import print_decode_kinds as print_decode_kinds  # shared with notebook 05
 
 __all__ = """
     plot_split_errors plot_split_rule plot_sparse_v plot_knob knob_sliders print_side_costs
     print_bf16_keys plot_kinds print_plans show_rung missing_rungs ladder_title plot_errors
-    print_v0_growth print_kind_times take_away
+    print_v0_growth print_kind_times print_decode_kinds print_floor_shares take_away
 """.split()
 
 LADDER = RUNGS["attention"]  # a record's "rung" is its index here: v0 0, split 1, v1 2, mma 3
@@ -172,10 +173,10 @@ def plot_kinds(errs, hd=128):
 def print_plans(plans, live):
     """One line per (label, AttentionPlan): rung, kernel, split count, tolerance, why."""
     print("plan(...) on this GPU" if live else "plan_rung(...): no GPU here, so no n_splits")
-    print(f"{'call':<22}{'rung':<6}{'kernel':<30}{'S':>4}{'tol':>8}  why not a faster rung")
+    print(f"{'call':<22}{'rung':<6}{'kernel':<33}{'S':>4}{'tol':>8}  why not a faster rung")
     for label, p in plans:
         s = "-" if p.n_splits is None else str(p.n_splits)
-        print(f"{label:<22}{p.rung:<6}{p.kernel:<30}{s:>4}{p.tol:8.0e}  {p.why or ''}")
+        print(f"{label:<22}{p.rung:<6}{p.kernel:<33}{s:>4}{p.tol:8.0e}  {p.why or ''}")
 
 
 def show_rung(recs, impl):
@@ -287,6 +288,28 @@ def print_kind_times(recs):
     by = {k: r["bytes"] for (i, tt, k), r in at.items() if i == v1 and tt == t}
     for kind in (k for k in kinds if k != "bf16" and "bf16" in by and k in by):
         print(f"{kind}: {by['bf16'] / by[kind]:.2f}x fewer bytes than bf16 per call (T={t})")
+
+
+def print_floor_shares(recs, other, name):
+    """Per kind and T of the ladder records recs: v1's and mma's % of their read floor, beside
+    the one-row decode_attention runs of `other`, another device's records (`name`) each on its
+    own device's floor: a share of the floor compares across devices, a time does not."""
+    ok, (v1, mma) = _ok(recs), (LADDER.index(i) for i in ("v1", "mma"))
+    pct = {(r["rung"], r["shape"]["kind"], r["shape"]["T"]): r["pct_of_floor"] for r in ok}
+    theirs = {
+        (r["shape"]["kind"], r["shape"]["T"]): r
+        for r in other.runs
+        if str(r.get("kernel")).startswith("decode_attention") and r["shape"].get("nb") == 1
+    }
+    print(f"ladder: {recs.source}\n{name}: {other.source}")
+    print(f"% of the read floor, one row; {name}: the rung whose tolerance its run carries")
+    print(f"{'kind':<8}{'T':>7}{'v1, ladder':>12}{'mma, ladder':>13}{name:>14}")
+    for kind, t in sorted({(k, t) for i, k, t in pct if i == v1 and (k, t) in theirs}):
+        r = theirs[(kind, t)]
+        rung = "mma" if r["tol"] == TOL_ATTN_MMA else "v1"
+        m = f"{pct[(mma, kind, t)]:.1f}%" if (mma, kind, t) in pct else "-"
+        theirs_pct = f"{rung} {r['pct_of_floor']:.1f}%"
+        print(f"{kind:<8}{t:>7}{pct[(v1, kind, t)]:11.1f}%{m:>13}{theirs_pct:>14}")
 
 
 def take_away(recs, sweep):

@@ -312,3 +312,35 @@ def print_takeaway_times(recs):
             f"{r['bytes'] / 1e6:.1f} MB = {r['gbps']:.0f} GB/s, "
             f"{r['pct_of_copy']:.0f}% of copy{speed}"
         )
+
+
+# ---- decode attention's records per cache kind (notebooks 05 and 07) ------------------------
+__all__ += ["print_decode_kinds"]
+
+
+def print_decode_kinds(recs, Ts=(32768, 131072), nbs=(1, 4)):
+    """The decode_attention runs of recs per cache kind, one column per (rows nb, tokens T):
+    µs / % of the read floor / × SDPA (the peer's time over ours: above 1 is faster). The rung
+    is the one whose tolerance the run carries (TOL_ATTN_MMA: mma, else v1)."""
+    from ..gpu.attention import TOL_ATTN_MMA
+    from ..layout import CACHE_KINDS
+
+    at = {
+        (r["shape"]["kind"], r["shape"]["T"], r["shape"]["nb"]): r
+        for r in recs.runs
+        if str(r.get("kernel")).startswith("decode_attention") and r.get("median_us")
+    }
+    cols = [(t, nb) for nb in nbs for t in Ts]
+    print(recs.source)
+    print("µs / % of floor / × SDPA per column; rung: the one whose tolerance the run carries")
+    print(f"{'kind':<14}{'rung':<5}" + "".join(f"{f'T={t} nb={nb}':>22}" for t, nb in cols))
+    for kind in (k for k in CACHE_KINDS if any(key[0] == k for key in at)):
+        rs = [at.get((kind, t, nb)) for t, nb in cols]
+        rung = "mma" if next(r for r in rs if r)["tol"] == TOL_ATTN_MMA else "v1"
+        cells = "".join(
+            f"{r['median_us']:10.1f} {_pct(r.get('pct_of_floor')):>4} {r['speedup']:5.2f}x"
+            if r and r.get("speedup")
+            else f"{'-':>22}"
+            for r in rs
+        )
+        print(f"{kind:<14}{rung:<5}{cells}")

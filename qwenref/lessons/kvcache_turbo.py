@@ -27,6 +27,7 @@ __all__ = [
 # lessons.common's, for the notebook's lesson.<name> (as notebook 04 uses them)
 tidy_ladder, print_takeaway_times = common.tidy_ladder, common.print_takeaway_times
 print_recorded_errors = common.print_recorded_errors
+print_decode_kinds = common.print_decode_kinds  # 07's table of decode times per kind
 
 
 def _finish(fig, legend_ax, note_ax, source):
