@@ -79,9 +79,10 @@ MMA_KINDS = {
     for pair, sfx in KIND_PAIRS.items()
     if pair != ("f32", "f32")
 }
-# The pairs whose mma partials impl=None takes: each measured faster than its v1 partials (every
-# pair of MMA_KINDS: 1.8x for bf16 to 5.6x for turbo2 at 128k tokens, 1 row, on an H100;
-# docs/tuning-log.md); a pair added to MMA_KINDS joins it once measured (impl="mma" until then).
+# The pairs whose mma partials impl=None takes: every pair of MMA_KINDS, measured on an H100 at
+# 128k tokens, 1 row, 1.8x (bf16) to 5.6x (turbo2) faster than its v1 partials; bf16 K with
+# turbo3 / turbo2 V against bf16k-turbo4v's v1, 2.9x and 3.1x (docs/tuning-log.md). A pair added
+# to MMA_KINDS joins it once measured (impl="mma" until then).
 MMA_BY_DEFAULT = MMA_KINDS
 # the kernels_cuda module (NVRTC compiles each alone) of each rung's kernel, and the combine's;
 # a plan's options go to its rung's module, the combine's module takes none
