@@ -1,9 +1,7 @@
-"""What the lesson modules of more than one notebook share (lessons.rope and lessons.wht
-re-export these, so each notebook still imports its own module only): the error strip that
-keeps near-identical distributions apart, a few lines of a kernel excerpt, and the record
-printouts every ladder section ends with — the fastest rung at each size beside the default
-one, the runs above their read floor (each with qwenref.floor's reason), the stage's own runs
-with their % of floor, GPU-timed peers and the take-away's numbers."""
+"""What the lesson modules of more than one notebook share (each re-exports what its notebook
+uses, so a notebook imports its own module only): the error strip, kernel excerpt lines, figure
+notes, and the record printouts the ladder sections end with (fastest rung, runs above their
+read floor by qwenref.floor's rule, the stage's runs, GPU-timed peers, the take-away)."""
 
 from __future__ import annotations
 
@@ -11,19 +9,11 @@ import numpy as np
 
 from .. import excerpts, floor, nbutil
 
-__all__ = [
-    "error_strip",
-    "caption",
-    "side_legend",
-    "source_below",
-    "show_lines",
-    "restyle_ladder",
-    "print_fastest",
-    "print_above_floor",
-    "print_stage",
-    "print_peers",
-    "takeaway",
-]
+__all__ = """
+    error_strip caption side_legend source_below show_lines restyle_ladder print_fastest
+    print_above_floor print_stage print_peers takeaway GOLDEN_NOTE note readable_log tidy_ladder
+    print_recorded_errors print_takeaway_times print_decode_kinds
+""".split()
 
 
 def error_strip(ax, rows, title="", edge=1e-9):
@@ -219,15 +209,6 @@ def takeaway(ladder, stage):
 
 
 # ---- the cache notebooks' (04, 05) figure notes, log axes and record printouts ---------------
-__all__ += [
-    "GOLDEN_NOTE",
-    "note",
-    "readable_log",
-    "tidy_ladder",
-    "print_recorded_errors",
-    "print_takeaway_times",
-]
-
 GOLDEN_NOTE = "data: golden model (numpy), computed on this machine's CPU"
 
 
@@ -315,7 +296,6 @@ def print_takeaway_times(recs):
 
 
 # ---- decode attention's records per cache kind (notebooks 05 and 07) ------------------------
-__all__ += ["print_decode_kinds"]
 
 
 def print_decode_kinds(recs, Ts=(32768, 131072), nbs=(1, 4)):

@@ -9,25 +9,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import NullFormatter
 
-from . import common
 from .common import GOLDEN_NOTE, note, readable_log, side_legend
+from .common import print_decode_kinds as print_decode_kinds  # these four re-exported for the
+from .common import print_recorded_errors as print_recorded_errors  # notebook, as notebook 04
+from .common import print_takeaway_times as print_takeaway_times  # uses them
+from .common import tidy_ladder as tidy_ladder
 
-__all__ = [
-    "plot_staircase",
-    "draw_bit_layout",
-    "plot_quant_error",
-    "plot_bits_experiment",
-    "plot_kv_sweep",
-    "plot_rotation_probes",
-    "plot_codebooks",
-    "plot_rate_distortion",
-    "plot_kinds_in_attention",
-    "plot_gpu_vs_golden",
-]
-# lessons.common's, for the notebook's lesson.<name> (as notebook 04 uses them)
-tidy_ladder, print_takeaway_times = common.tidy_ladder, common.print_takeaway_times
-print_recorded_errors = common.print_recorded_errors
-print_decode_kinds = common.print_decode_kinds  # 07's table of decode times per kind
+__all__ = """
+    plot_staircase draw_bit_layout plot_quant_error plot_bits_experiment plot_kv_sweep
+    plot_rotation_probes plot_codebooks plot_rate_distortion plot_kinds_in_attention
+    plot_gpu_vs_golden print_decode_kinds print_recorded_errors print_takeaway_times tidy_ladder
+""".split()
 
 
 def _finish(fig, legend_ax, note_ax, source):

@@ -1,8 +1,7 @@
-"""Drawings and printouts of notebooks/00_overview.ipynb: the map of one decode step, the sketch
-of queued timing, the figure of what each cache kind costs a decode, the L2 size and the read
-floor's table, and the ladder's summary (every kernel family's v0 against its fastest rung) as a
-table and a figure. What they show (the sketch's spans, the L2 size, the floor runs, the ladder's
-records and its summary rows, the runs above their floor) is computed in the notebook."""
+"""Drawings and printouts of notebooks/00_overview.ipynb: the map of one decode step, the queued
+timing sketch, each cache kind's decode cost, the L2 size, the read floor's table and the
+ladder's summary (each family's v0 against its fastest rung). What they show is computed in
+the notebook."""
 
 from __future__ import annotations
 
