@@ -212,7 +212,6 @@ LESSON_LINES = 2_500  # the notebooks' drawings and printouts, all of qwenref/le
 
 def test_the_lesson_modules_stay_small():
     """What a figure computes lives in its notebook; qwenref/lessons/ only draws and prints,
-    so the whole package stays within LESSON_LINES (it held 4,897 lines when the experiments
-    lived there)."""
+    so the whole package stays within LESSON_LINES."""
     n = sum(len(p.read_text().splitlines()) for p in (PKG / "lessons").glob("*.py"))
     assert n <= LESSON_LINES, f"qwenref/lessons/ has {n} lines (> {LESSON_LINES})"
