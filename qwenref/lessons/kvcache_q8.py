@@ -6,11 +6,13 @@ tables it shares with notebook 05 come from lessons.common. Nothing here is on t
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from .common import (
     GOLDEN_NOTE,
     note,
+    plot_gpu_vs_golden,
     print_recorded_errors,
     print_takeaway_times,
     readable_log,
@@ -27,6 +29,7 @@ __all__ = [
     "print_recorded_bit_exact",
     "print_attention_speed",
     # from lessons.common, shared with notebook 05
+    "plot_gpu_vs_golden",
     "tidy_ladder",
     "print_recorded_errors",
     "print_takeaway_times",
@@ -35,8 +38,6 @@ __all__ = [
 
 # ---- figures -------------------------------------------------------------------------------
 def plot_bound_ratio(ratio):
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6.5, 3.0))
     ax.hist(ratio.ravel(), bins=np.linspace(0, 1.05, 106), color="tab:blue", label="elements")
     ax.axvline(1, color="k", ls="--", lw=1, label="the bound (err ≤ bound:\nequality allowed)")
@@ -50,8 +51,6 @@ def plot_bound_ratio(ratio):
 
 
 def plot_float16_share(amax, share):
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6.5, 3.0))
     ax.scatter(amax, np.maximum(share, 1e-7), s=1, alpha=0.3, label="one group")
     ax.axvline(127 * 2.0**-14, color="k", ls="--", lw=1, label="scale becomes\nfloat16 subnormal")
@@ -69,8 +68,6 @@ def plot_float16_share(amax, share):
 
 # ---- the layout ----------------------------------------------------------------------------
 def _strip(ax, order, read, title, label_heads):
-    import matplotlib.pyplot as plt
-
     colors = plt.cm.tab10(np.arange(10))
     for addr, (g, t) in enumerate(order):
         hit = (g, t) in read
@@ -96,8 +93,6 @@ def _strip(ax, order, read, title, label_heads):
 
 def draw_layouts(nkv=4, T=16, head=2, t0=4, t1=12):
     """Head-major against token-major: the rows one split-T block reads, in address order."""
-    import matplotlib.pyplot as plt
-
     read = {(head, t) for t in range(t0, t1)}
     fig, axes = plt.subplots(2, 1, figsize=(10, 2.9))
     hm = [(g, t) for g in range(nkv) for t in range(T)]
@@ -134,8 +129,6 @@ def print_attention_errors(Ts, n_eff, errs):
 
 
 def plot_attention_errors(Ts, errs):
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6.5, 3.3))
     styles = {
         "bf16 cache": "C1-o",

@@ -10,9 +10,10 @@ import numpy as np
 from matplotlib.ticker import NullFormatter
 
 from .common import GOLDEN_NOTE, note, readable_log, side_legend
-from .common import print_decode_kinds as print_decode_kinds  # these four re-exported for the
-from .common import print_recorded_errors as print_recorded_errors  # notebook, as notebook 04
-from .common import print_takeaway_times as print_takeaway_times  # uses them
+from .common import plot_gpu_vs_golden as plot_gpu_vs_golden  # these five re-exported for the
+from .common import print_decode_kinds as print_decode_kinds  # notebook, as notebook 04 uses
+from .common import print_recorded_errors as print_recorded_errors  # them
+from .common import print_takeaway_times as print_takeaway_times
 from .common import tidy_ladder as tidy_ladder
 
 __all__ = """
@@ -244,31 +245,3 @@ def plot_kinds_in_attention(bits, err, weights, threshold=0.5, exact=0.75):
     b.set(ylim=(0, 1.1), ylabel="softmax weight on the needle")
     b.set_title("needle recall per kind (share above the dashed line on top)", fontsize=9)
     return _finish(fig, b, a, GOLDEN_NOTE + "; golden.KVCache, golden.decode_attention")
-
-
-def plot_gpu_vs_golden(pairs, recs, where):
-    """Left: GPU − golden against golden per kernel's value samples {kernel: (golden, gpu)}, the
-    ones that differ ringed. Right: each run's ‖gpu − golden‖ / ‖golden‖ over all stored values
-    (its rel_err; rung 0 left of rung 1) against its tolerance. where: the data's source."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 3.4), gridspec_kw=dict(width_ratios=[1, 1.4]))
-    for kernel, (g, m) in pairs.items():
-        g, dv = np.asarray(g, np.float64), np.subtract(m, g, dtype=np.float64)
-        a.plot(g, dv, ".", ms=2, label=f"{kernel}: {(dv != 0).sum()} of {g.size} differ")
-        a.plot(g[dv != 0], dv[dv != 0], "o", ms=10, mfc="none", color="red", mew=1.2)
-    lim = 1.4 * max([np.abs(np.subtract(m, g)).max() for g, m in pairs.values()] + [1e-6])
-    a.set(ylim=(-lim, lim), xlabel="golden value (one sample)", ylabel="GPU − golden")
-    a.set_title("sampled stored values: the GPU's against golden's", fontsize=9)
-    a.legend(fontsize=7, loc="lower left", markerscale=4)
-    cell = lambda r: (r["shape"].get("kind", ""), r["shape"].get("nb", 0))
-    cells = sorted({cell(r) for r in recs.runs})
-    for rung in sorted({r.get("rung", 0) for r in recs.runs}):
-        rs = [r for r in recs.runs if r.get("rung", 0) == rung]
-        xs = [cells.index(cell(r)) + 0.15 * (2 * rung - 1) for r in rs]
-        ys = [max(r["rel_err"], 1e-9) for r in rs]  # a 0 (bit-exact) at the bottom edge
-        b.plot(xs, ys, "o^sv"[rung % 4], ls="none", label=f"rung {rung}: {rs[0]['kernel']}")
-    for tol in sorted({r["tol"] for r in recs.runs}):
-        b.axhline(tol, color="k", ls="--", lw=1, label=f"tolerance {tol:g}")
-    b.set_xticks(range(len(cells)), [f"{k}\nnb={nb}" for k, nb in cells], fontsize=8)
-    b.set(yscale="log", ylabel="‖GPU − golden‖ / ‖golden‖")
-    b.set_title("every run of the ladder, all its stored values", fontsize=9)
-    return _finish(fig, b, b, where)
