@@ -45,7 +45,7 @@ _BOXES = {
         "indexer q: norm + RoPE ;\nraw indexer key → cache\nindexer · 06",
         "indexer",
     ),
-    "wht": (0, 6.6, _NARROW, "WHT over head_dim\n(turbo kinds only)\nwht · 03", "wht"),
+    "wht": (0, 6.6, _NARROW, "WHT over head_dim\n(turbo, tq; bf16k-turbo V only)\nwht · 03", "wht"),
     "bk": (_SIDE, 6.6, _NARROW, "block keys of completed\nblocks → cache\nindexer · 06", "indexer"),
     "app": (0, 5.4, _NARROW, "quantize + append K, V\nto the KVCache\nkvcache · 04, 05", "kvcache"),
     "sel": (
