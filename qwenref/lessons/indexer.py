@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 
+import matplotlib.pyplot as plt
 import numpy as np
+
+from .common import readable_log
 
 __all__ = """
 GOLDEN_SOURCE print_recorded_errors plot_scores plot_selection plot_recall
@@ -46,8 +49,6 @@ def plot_scores(S, marks, R, band, source=GOLDEN_SOURCE):
     """Heatmap of score[t, j]; marks: [(r0, [blocks])], the blocks about the topics of the rows
     r0..r0+band-1, each drawn as a red triangle on the first of those rows that can score it
     (block j is complete from row (j+1)R - 1 on); blocks not complete in the band: no mark."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(7, 4.0))
     im = ax.imshow(S, aspect="auto", cmap="viridis", interpolation="nearest")
     for r0, js in marks:
@@ -63,7 +64,6 @@ def plot_scores(S, marks, R, band, source=GOLDEN_SOURCE):
 
 def plot_selection(M, kblk, R, source=GOLDEN_SOURCE):
     """What each row reads, block by block (the codes of selection_matrix)."""
-    import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
     colors = ["white", "#dddddd", "tab:blue", "tab:orange", "tab:green", "#a6cee3"]
@@ -89,8 +89,6 @@ def plot_selection(M, kblk, R, source=GOLDEN_SOURCE):
 
 def plot_recall(budgets, rec, R, T, n_rows, n_heads, source=GOLDEN_SOURCE):
     """Dense softmax mass kept against the budget, one line per selector."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
     for (m, r), st in zip(rec.items(), ["k-", "o-", "s--", "x:"]):
         ax.plot(budgets, r, st, label=m)
@@ -106,8 +104,6 @@ def plot_recall(budgets, rec, R, T, n_rows, n_heads, source=GOLDEN_SOURCE):
 
 def plot_needle_places(strengths, places, kblks=(4, 16), source=GOLDEN_SOURCE):
     """The needle block's place among the other candidates (1 = best) against its loudness."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6, 3.0))
     ax.plot(strengths, places, "o-", label="needle block's place")
     for kb, c in zip(kblks, ("tab:red", "tab:green")):
@@ -125,8 +121,6 @@ def plot_needle_view(s, T, R, kblk, pos, strength, ax=None):
     blocks, the needle's block at pos, and in the title what the row keeps (s: the row's story,
     with its scores, blocks, found, place, mass and cos, of a T-token world whose needle has
     loudness strength)."""
-    import matplotlib.pyplot as plt
-
     ax = ax or plt.subplots(figsize=(8, 3.0))[1]
     j = np.arange(s["scores"].size)
     edges = np.append(j, j.size) * R  # a step per block: one patch per colour, fast to draw
@@ -155,8 +149,6 @@ def plot_error_hist(errors, source):
     """Log-x histograms of relative errors {label: array}, as fractions of each series' samples;
     exact zeros are counted in the label (a log axis has no place for them) and series equal to
     an earlier one are merged into its label rather than drawn on top of it."""
-    import matplotlib.pyplot as plt
-
     merged = {}
     for lab, v in errors.items():
         v = np.abs(np.ravel(v))
@@ -167,7 +159,7 @@ def plot_error_hist(errors, source):
     bins = np.logspace(np.log10(nz.min()), np.log10(nz.max()), 40)
     for k, (lab, v) in enumerate(merged.items()):  # distinct styles: near-equal series show
         zeros = f", {100 * np.mean(v == 0):.0f}% exactly 0" if (v == 0).any() else ""
-        st = dict(ls=("-", "--", "-", ":")[k % 4], lw=(1.5, 2.5, 1.0, 2.0)[k % 4])
+        st = dict(ls=("-", "--", "-", ":")[k % 4], lw=(1.5, 2.5, 3.0, 1.5)[k % 4])
         w = np.full((v > 0).sum(), 1 / v.size)  # fractions: series of any size side by side
         ax.hist(v[v > 0], bins=bins, weights=w, histtype="step", label=f"{lab}{zeros}", **st)
     ax.set_xscale("log")
@@ -180,8 +172,6 @@ def plot_against_T(rungs, source):
     """µs per call against the context length T, one line per (family, rung); rungs = {family:
     {rung: its timed runs, T ascending}}. Works with any number of recorded T (one T: points,
     and the axis says so)."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(7, 3.4))
     Ts = set()
     for fam, by_rung in rungs.items():
@@ -235,8 +225,6 @@ def print_qsa_parts(parts, lad):
 
 def plot_qsa_parts(parts, source):
     """Left: the QSA step's parts as shares of the step. Right: the step against dense SDPA."""
-    import matplotlib.pyplot as plt
-
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(10, 2.8), gridspec_kw={"wspace": 0.9})
     if not parts:
         for a in (a0, a1):
@@ -260,7 +248,8 @@ def plot_qsa_parts(parts, source):
             a1.barh(i - 0.2, p["dense"], 0.4, color="0.5", label="dense SDPA" if not i else None)
     a1.set_yticks(y, labels)
     a1.set_xscale("log")
-    a1.xaxis.set_minor_formatter(plt.NullFormatter())
+    readable_log(a1.xaxis)  # labels at 1-2-5 steps; room on the right for the bars' labels
+    a1.set_xlim(right=2 * max(bar.get_width() for bar in a1.patches))
     for bar in a1.patches:
         a1.text(bar.get_width() * 1.05, bar.get_y() + 0.2, f"{bar.get_width():.0f} µs", fontsize=7)
     a1.set_xlabel("µs per step, queued (log)")

@@ -165,8 +165,8 @@ def print_recorded_bit_exact(st):
 
 
 def print_attention_speed(recs):
-    """Per T of the attention records: bf16's fastest rung against q8 on the same CUDA-core
-    split-T rung and q8's fastest rung; a ratio below 1 means q8 is slower."""
+    """Per T of the attention records: bf16's fastest rung against q8 on that same rung (v1 in
+    the H200 records) and q8's fastest rung; a ratio below 1 means q8 is slower."""
     print(recs.source)
     runs = [r for r in recs.runs if r.get("median_us") and r["shape"].get("kind") in ("bf16", "q8")]
     if not runs:
