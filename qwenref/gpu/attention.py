@@ -23,13 +23,12 @@ combine.
 Three implementations of the partials (impl= on attn_partials / decode_attention): "split" (v0's
 loop cut into splits, one warp each: only when asked), "mma", tensor cores, one CTA per (kv
 head, split) for all rows — for every kind but f32, chosen by default for the pairs of
-MMA_BY_DEFAULT (q8/q8) with head_dim 128/256, dense rows (or one selective row), no sparse V,
-nb * n_rep <= 32 and a kernel whose shared memory the device allows — and "v1", float32 CUDA
-cores, for everything else (and forced by impl="v1"). The mma path of the scaled kinds rounds
-each weight p and each dequantized value to fp16, so its output differs from golden by at most
-(2u + u^2) * sum_t p_t |v_t|, u = 2^-11 (tests/test_gpu_attention_mma.py and
-tests/test_gpu_attention_mma_kinds.py derive the bounds); v1 and split stay at float32
-rounding.
+MMA_BY_DEFAULT (every pair of MMA_KINDS) with head_dim 128/256, dense rows (or one selective
+row), no sparse V, nb * n_rep <= 32 and a kernel whose shared memory the device allows — and
+"v1", float32 CUDA cores, for everything else (and forced by impl="v1"). The mma path of the
+scaled kinds rounds each weight p and each dequantized value to fp16, so its output differs from
+golden by at most (2u + u^2) * sum_t p_t |v_t|, u = 2^-11 (tests/test_gpu_attention_mma.py and
+tests/test_gpu_attention_mma_kinds.py derive the bounds); v1 and split stay at float32 rounding.
 
 What a call launches is an AttentionPlan, decided before any launch and kept by nobody
 (qwenref/gpu/attention_plan.py; its public names are importable from here too). plan() is the
@@ -361,10 +360,10 @@ def attn_partials(
     tokens golden drops (attention_v1.cu's header states the bound). Returns (m [nb, S, nh]
     (-inf for empty splits), l [nb, S, nh], o [nb, S, nh, hd]), float32; m_out / l_out / o_out
     (o_out 16-byte aligned) are used when given (graph capture).
-    impl: None picks the rung as plan() does ("mma" = tensor cores for q8/q8 dense or nb 1 where
-    the device has the shared memory, else "v1"); "v1" forces the CUDA-core kernel. The mma
-    path rounds p * d_v to fp16 (attention_mma.cu says by how much). impl="v0" raises
-    ValueError: v0 reads each row in one pass and has no partials (decode_attention(...,
+    impl: None picks the rung as plan() does ("mma" = tensor cores for every kind but f32, dense
+    or nb 1, where the device has the shared memory, else "v1"); "v1" forces the CUDA-core
+    kernel. The mma path rounds p * d_v to fp16 (attention_mma.cu says by how much). impl="v0"
+    raises ValueError: v0 reads each row in one pass and has no partials (decode_attention(...,
     impl="v0")).
     plan: an AttentionPlan (plan()) to launch instead of building one: ValueError unless it is
     the plan this call would build with impl=plan.rung (its n_splits may differ from the
@@ -450,8 +449,8 @@ def decode_attention(
 
     q: cupy float32 [nb, nh, hd] (unrotated); gate: optional float32 [nb, nh, hd]; partials:
     optional (m, l, o) buffers for attn_partials (graph capture: no allocation inside).
-    impl: None (choose as plan() does: "mma" for q8/q8 hd 128/256 with nb * n_rep <= 32, dense
-    or nb 1, where the device has the kernel's shared memory, else "v1"), "v1" or "mma"
+    impl: None (choose as plan() does: "mma" for every kind but f32 at hd 128/256 with nb * n_rep
+    <= 32, dense or nb 1, where the device has the kernel's shared memory, else "v1"), "v1" or "mma"
     (attn_partials), or "v0": one launch of attention_v0_<K>_<V>, a warp per (row, q head)
     over all its visible tokens (n_splits and the partials buffers are checked as for v1, then
     unused). plan: an AttentionPlan (plan()) to run as is, checked to fit the call
