@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import timing
+from ..layout import tq_bits, turbo_bits
 from .cases_attention import golden_attention_rows
 from .counting import (
     bytes_append,
@@ -184,7 +185,7 @@ def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2", "tq4", "tq2")):
     k, v = randn(cp, (nb, c.nkv, c.head_dim)), randn(cp, (nb, c.nkv, c.head_dim))
     nr, kv = rotated_copies(ctx, 2 * k.nbytes, k, v)  # the cache's writes never repeat a position
     for kind in kinds:
-        family = "q8_append" if kind == "q8" else f"{kind.rstrip('0123456789')}_append"
+        family = "q8_append" if kind == "q8" else "tq_append" if tq_bits(kind) else "turbo_append"
         gc = golden.KVCache(c, max_t=nb, kind=kind)
         gc.append(host(k), host(v))
         ref = np.concatenate([gc.keys(nb).ravel(), gc.values(nb).ravel()])
@@ -204,7 +205,7 @@ def ladder_append(ctx, nb=4096, kinds=("q8", "turbo4", "turbo2", "tq4", "tq2")):
                 raise AssertionError(f"q8 append ({impl}): stored bytes differ from golden")
             return np.concatenate([mine.keys(nb).ravel(), mine.values(nb).ravel()])
 
-        bits = 8 if kind == "q8" else int(kind.lstrip("turbotq"))
+        bits = 8 if kind == "q8" else tq_bits(kind) or turbo_bits(kind)
         ladder_runs(
             ctx,
             stage="kvcache",

@@ -168,6 +168,7 @@ def turbo_dequantize(codes, d, bits, out=None):
 
 # ---- tq-b ------------------------------------------------------------------------------------
 _TQ_MAX_N = 1024  # the row of kv_append_tq_n<n> is held in one warp's registers
+_TQ_TABLES = {}  # (device id, bits) -> the codebook on that device
 
 
 def _tq_codebook(bits):
@@ -177,9 +178,6 @@ def _tq_codebook(bits):
     if key not in _TQ_TABLES:
         _TQ_TABLES[key] = cp.asarray(golden_tq_codebook(bits))
     return _TQ_TABLES[key]
-
-
-_TQ_TABLES = {}
 
 
 def _tq_width(name, n):
