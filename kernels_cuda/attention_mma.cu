@@ -13,7 +13,7 @@
 // g*NREP + r) is the MMA's N dimension, padded to 8*NT8. Only hd 128 / 256 (the wrapper uses
 // v1 otherwise); shape -DATTN_HD, -DATTN_NREP (attention.cuh); -DMMA_KIND_<kind> builds that
 // kind's kernels alone (the wrapper's way; without one, every kind's); knobs -DMMA_NW,
-// -DMMA_NSTAGE, -DMMA_UNROLL_G. Sparse V uses v1.
+// -DMMA_NSTAGE, -DMMA_UNROLL_G, -DMMA_MINB_N1. Sparse V uses v1.
 // Bytes per kv head, T tokens of the rows' union, for all rows together: K and V stored rows
 // (q8 hd + hd/32*2, turboN hd*N/8 + hd/16*2, bf16 2*hd; hd 256: 544, 320 (turbo4), 1024 B per
 // token for K+V), plus q (nb*nh*hd*4) and the partials nb*S*nh*(hd+2)*4 (read again by the
@@ -66,6 +66,9 @@
 
 #ifndef MMA_NW
 #define MMA_NW 0  // warps per CTA; 0 = Cfg's rule (attention_mma.cuh)
+#endif
+#ifndef MMA_MINB_N1
+#define MMA_MINB_N1 1  // CTAs per SM the NT8 = 1 kernels are built for (__launch_bounds__)
 #endif
 // the mma kernels exist only for hd 128 / 256 (the wrapper uses v1 otherwise)
 #if (ATTN_HD == 128 || ATTN_HD == 256) && (MMA_NW == 0 || (ATTN_HD / 32) % MMA_NW == 0)
@@ -205,7 +208,7 @@ __device__ __forceinline__ void partials_mma(
 // attn_partials_<kind>_mma_sel_n1: one row that may be selective (the wrapper's choice for nb = 1
 // with sel_n given). Same parameters, so the wrapper launches all alike; scales are null for bf16.
 #define ATTN_PARTIALS_MMA(KIND, KL, VL, SFX, NT8, SEL)                                             \
-    extern "C" __global__ void __launch_bounds__(mma_attn::Cfg<NT8>::NT, 1)                        \
+    extern "C" __global__ void __launch_bounds__(mma_attn::Cfg<NT8>::NT, NT8 == 1 ? MMA_MINB_N1 : 1) \
         attn_partials_##KIND##_mma_##SFX(                                                          \
             const float* q, const void* kq, const __half* kd, const void* vq, const __half* vd,    \
             int max_t, int base_pos, int nb, const int* sel_idx, const int* sel_n, int sel_w,      \

@@ -166,7 +166,9 @@ __device__ __forceinline__ float prepare_q(const float* __restrict__ q, int g, i
             const int tig = KL::PERM ? o16 / 4 : (o16 % 8) / 2;
             const int slot = KL::PERM ? (o16 % 4) / 2 : o16 / 8;
             unsigned hi, lo;
-            split2<KL::BF16>(v[i][k] * qmul, v[i][k + 1] * qmul, hi, lo);
+            // KL::qf: the power of two a K loader's operand carries for dim % 4 (E % 4 == 0)
+            split2<KL::BF16>(v[i][k] * (qmul * KL::qf(k % 4)),
+                             v[i][k + 1] * (qmul * KL::qf((k + 1) % 4)), hi, lo);
             unsigned* entry = sQw + 4 * (((ks * NT8 + c / 8) * 32) + (c % 8) * 4 + tig);
             entry[slot] = hi;
             entry[2 + slot] = lo;

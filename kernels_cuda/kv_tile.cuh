@@ -14,7 +14,8 @@
 // turbo loaders give thread tig the dims 4tig..4tig+3 of each k-step (PERM: their bits sit
 // together), bf16 the natural order of ldmatrix (b0 = dims 2tig, 2tig+1; b1 = 2tig+8, 2tig+9).
 // K operands are exact: int8 and bf16 as they are, turbo codes as the half-integers c - (2^N-1)/2
-// (fp16 holds them exactly); the scale multiplies the fp32 sum of each scale group afterwards.
+// (turbo2/3/4 times a power of two that q's dim carries inverted: qf); the scale multiplies the
+// fp32 sum of each scale group afterwards.
 //
 // V fragments (A = V^T, 16 dims x 16 tokens): a unit of 32 dims is two m-tiles. The rows of an
 // m-tile map to dims by the loader (V_PAIR: rows gid and gid+8 are two adjacent dims, so the
@@ -22,10 +23,12 @@
 // scale folded into the operand), exact for bf16, whose P goes in as bf16 hi + lo instead.
 //
 // Code -> fp16 without a conversion instruction: OR a code c, placed at bit o of a 16-bit half,
-// into 0x6400 (fp16 1024, whose last mantissa bit is worth 1) gives 1024 + c * 2^o exactly; one
-// HFMA2 by 2^-o minus (2^(10-o) + 2^(N-1)) gives the integer c - 2^(N-1), exact. The remaining
-// +1/2 cannot ride in the same constant (1024 + 7.5 needs 12 significant bits), so K adds it
-// (HADD2, exact) and V folds it into the scale: V' = fma(c - 2^(N-1), d, d/2), one rounding.
+// into 0x6400 (fp16 1024, whose last mantissa bit is worth 1) gives 1024 + c * 2^o exactly (one
+// LOP3: the mask an immediate, 0x6400 6400 a register). K then subtracts 1024 + h * 2^o (h =
+// (2^N - 1) / 2) with one HADD2, exact: (c - h) * 2^o, the 2^o undone by q, whose dims are
+// scaled by 2^-o (qf below; exact). Every K code sits at o >= 1, where 1024 + h * 2^o fits fp16's
+// 11 significant bits (at o = 0, 1031.5 does not). V subtracts 1024 + 2^(N-1) (o = 0: c - 2^(N-1),
+// exact) and folds the remaining +1/2 into its scale: V' = fma(c - 2^(N-1), d, d/2), one rounding.
 #ifndef QWENREF_KV_TILE_CUH
 #define QWENREF_KV_TILE_CUH
 
@@ -38,15 +41,16 @@
 namespace mma_attn {
 
 // ---- where a token row of a stage sits in shared memory -----------------------------------------
-// Rows of NCH 16-byte chunks. With NCH a multiple of 8, chunk c of token t is stored at c ^ (t & 7):
-// eight tokens reading the same chunk (ldmatrix, or the turbo loaders' word loads) hit eight
-// different bank groups. Otherwise the row stride is padded to an odd number of chunks, which
-// spreads eight consecutive tokens over the banks the same way.
-template <int ROWB>
+// Rows of NCH 16-byte chunks. A side read by ldmatrix (LDSM) with NCH a multiple of 8 stores chunk
+// c of token t at c ^ (t & 7): eight tokens reading the same chunk hit eight different bank
+// groups. Otherwise the row stride is padded to an odd number of chunks, which spreads eight
+// consecutive tokens over the banks the same way and keeps every address of a token row its
+// base plus a constant (the word loads of the narrow turbo K loaders fold it into the LDS).
+template <int ROWB, bool LDSM = true>
 struct RowLayout {
     static_assert(ROWB % 16 == 0, "a token row is whole 16-byte chunks");
     static constexpr int NCH = ROWB / 16;
-    static constexpr bool SWZ = NCH % 8 == 0;
+    static constexpr bool SWZ = LDSM && NCH % 8 == 0;
     static constexpr int RS = 16 * (SWZ ? NCH : (NCH | 1));  // row stride in shared memory
     static __device__ __forceinline__ int chunk(int t, int c) { return SWZ ? (c ^ (t & 7)) : c; }
     // byte offset of byte b of token t's row, from the stage's first row
@@ -58,27 +62,28 @@ struct RowLayout {
 __device__ __forceinline__ unsigned lds32(const unsigned char* p) {
     return *reinterpret_cast<const unsigned*>(p);
 }
-__device__ __forceinline__ unsigned lop_or_magic(unsigned x, unsigned mask) {
-    return (x & mask) | 0x64006400u;  // one LOP3
-}
 __device__ __forceinline__ unsigned h2(__half2 x) { return *reinterpret_cast<unsigned*>(&x); }
 __device__ __forceinline__ __half2 as_h2(unsigned x) { return *reinterpret_cast<__half2*>(&x); }
-// 1024 + c * 2^o per half -> c - 2^(N-1) (exact): fma by 2^-o minus 2^(10-o) + 2^(N-1)
-__device__ __forceinline__ __half2 code_int(unsigned r, __half2 mul, __half2 sub) {
-    return __hfma2(as_h2(r), mul, sub);
+// (x & MASK) | magic in one LOP3 (written in C++, the two constants make it two)
+template <unsigned MASK>
+__device__ __forceinline__ unsigned lop_or_magic(unsigned x, unsigned magic) {
+    unsigned r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(MASK), "r"(magic));
+    return r;
 }
-__device__ __forceinline__ unsigned k_op(unsigned r, __half2 mul, __half2 sub) {
-    return h2(__hadd2(code_int(r, mul, sub), __float2half2_rn(0.5f)));
+// fp16 bits of an exact value (integers and half-integers here), for HADD2 immediates
+__host__ __device__ constexpr unsigned half_bits(double v) {
+    unsigned sign = v < 0 ? 0x8000u : 0u;
+    double a = v < 0 ? -v : v;
+    int e = 0;
+    while (a >= 2.0) a /= 2.0, ++e;
+    while (a < 1.0) a *= 2.0, --e;
+    return sign | unsigned((e + 15) << 10) | unsigned((a - 1.0) * 1024.0);
 }
-__device__ __forceinline__ unsigned v_op(unsigned r, __half2 mul, __half2 sub, __half2 d,
-                                         __half2 dh) {
-    return h2(__hfma2(code_int(r, mul, sub), d, dh));
-}
-// HFMA2 constants of a code at bits (o_lo, o_hi) of the two halves, N-bit codes
-__device__ __forceinline__ void code_consts(int o_lo, int o_hi, int n, __half2& mul, __half2& sub) {
-    mul = __floats2half2_rn(ldexpf(1.f, -o_lo), ldexpf(1.f, -o_hi));
-    sub = __floats2half2_rn(-(ldexpf(1.f, 10 - o_lo) + float(1 << (n - 1))),
-                            -(ldexpf(1.f, 10 - o_hi) + float(1 << (n - 1))));
+// half2 (1024 + a * 2^oa, 1024 + b * 2^ob) -> (-a', -b') constant of the HADD2 that removes the
+// magic and the code offset: x + sub_const = (c - h) * 2^o
+__device__ __forceinline__ __half2 sub_magic(unsigned x, double off_lo, double off_hi) {
+    return __hadd2(as_h2(x), as_h2(half_bits(-off_lo) | (half_bits(-off_hi) << 16)));
 }
 
 // ---- K loaders --------------------------------------------------------------------------------
@@ -90,6 +95,7 @@ __device__ __forceinline__ void code_consts(int o_lo, int o_hi, int n, __half2& 
 struct KQ8 {
     static constexpr int ROWB = HD, SC = HD / 32, KPS = 2;
     static constexpr bool PERM = true, BF16 = false, ROT = false;
+    __host__ __device__ static constexpr float qf(int) { return 1.f; }
     using RL = RowLayout<ROWB>;
     int lrow, lch;
     __device__ explicit KQ8(int lane) : lrow((lane & 7) + ((lane >> 3) & 1) * 8), lch(lane >> 4) {}
@@ -115,6 +121,7 @@ struct KQ8 {
 struct KBf16 {
     static constexpr int ROWB = 2 * HD, SC = 0, KPS = 0;
     static constexpr bool PERM = false, BF16 = true, ROT = false;
+    __host__ __device__ static constexpr float qf(int) { return 1.f; }
     using RL = RowLayout<ROWB>;
     int lrow, lch;
     __device__ explicit KBf16(int lane)
@@ -133,29 +140,34 @@ struct KBf16 {
 };
 
 // turbo K: thread tig takes codes 4tig..4tig+3 of each group (PERM); a group is one k-step and
-// has its own scale (KPS = 1)
+// has its own scale (KPS = 1). N = 2, 3, 4: code i of the four (dim % 4 = i) lands at bit o(i)
+// of its half (o >= 1, see above) and q's dim is scaled by qf(i) = 2^-o(i).
 template <int N>
 struct KTurbo {
     static_assert(N == 2 || N == 3 || N == 4 || N == 8, "turbo K: N in {2, 3, 4, 8}");
     static constexpr int ROWB = HD * N / 8, SC = HD / 16, KPS = 1;
     static constexpr bool PERM = true, BF16 = false, ROT = true;
-    using RL = RowLayout<ROWB>;
+    using RL = RowLayout<ROWB, N == 8>;
+    static constexpr double H = ((1 << N) - 1) / 2.0;  // the code offset
+    // N = 4: (y << 1, y >> 7) & 0x01E0001E -> bits 1, 5; N = 2: (y << 1) & 0x00180006 -> 1, 3
+    // and y & 0x00C00030 -> 4, 6; N = 3: (y, y >> 6) & 0x0038000E -> 1, 3
+    __host__ __device__ static constexpr int o(int i) {
+        return N == 4 ? (i % 2 ? 5 : 1) : N == 2 ? (i == 0 ? 1 : i == 1 ? 3 : i == 2 ? 4 : 6)
+               : N == 3 ? (i % 2 ? 3 : 1) : 0;
+    }
+    __host__ __device__ static constexpr float qf(int i) { return 1.0f / float(1 << o(i)); }
     int gid, tig, lrow, lch;
     unsigned sel;        // N = 4: PRMT of the thread's two bytes; N = 2: its byte, twice
     int woff[2], sh[2];  // N = 3: word and shift of the thread's 12 bits in group 2gi + k
-    __half2 mul0, sub0, mul1, sub1;  // HFMA2 constants of the two registers of a k-step half
+    unsigned magic;
     __device__ explicit KTurbo(int lane)
-        : gid(lane >> 2), tig(lane & 3), lrow((lane & 7) + ((lane >> 3) & 1) * 8), lch(lane >> 4) {
+        : gid(lane >> 2), tig(lane & 3), lrow((lane & 7) + ((lane >> 3) & 1) * 8), lch(lane >> 4),
+          magic(0x64006400u) {
         if constexpr (N == 4) {
             const int b = 2 * (tig & 1);  // the thread's 16 bits: bytes b, b+1 of its word
             sel = b | ((b + 1) << 4) | (b << 8) | ((b + 1) << 12);
-            code_consts(0, 4, N, mul0, sub0);  // low nibble of byte 0 / high nibble of byte 2
-            mul1 = mul0;
-            sub1 = sub0;
         } else if constexpr (N == 2) {
             sel = tig | (tig << 8);
-            code_consts(0, 2, N, mul0, sub0);  // codes 4tig, 4tig+1
-            code_consts(4, 6, N, mul1, sub1);  // codes 4tig+2, 4tig+3
         } else if constexpr (N == 3) {
 #pragma unroll
             for (int k = 0; k < 2; ++k) {
@@ -163,10 +175,11 @@ struct KTurbo {
                 woff[k] = 4 * (p >> 5);
                 sh[k] = p & 31;
             }
-            code_consts(0, 3, N, mul0, sub0);
-            mul1 = mul0;
-            sub1 = sub0;
         }
+    }
+    // the register of codes (i, i + 1) at their bits -> (c - H) * 2^o, exact
+    static __device__ __forceinline__ unsigned op(unsigned x, int i) {
+        return h2(sub_magic(x, 1024.0 + H * (1 << o(i)), 1024.0 + H * (1 << o(i + 1))));
     }
     __device__ __forceinline__ void frags(const unsigned char* tile, unsigned tile_u32, int gi,
                                           unsigned (&a)[2][4]) const {
@@ -176,47 +189,47 @@ struct KTurbo {
             ldsm_x4(tile_u32 + lrow * RL::RS + (RL::chunk(lrow, 2 * gi + lch) << 4), r0, r1, r2,
                     r3);
             const __half2 s = __float2half2_rn(1152.f), h = __float2half2_rn(0.5f);
-            auto op = [&](unsigned x, unsigned sl) {
+            auto op8 = [&](unsigned x, unsigned sl) {
                 const unsigned u = __byte_perm(0x64646464u, x, sl);
                 return h2(__hadd2(__hsub2(as_h2(u), s), h));
             };
-            a[0][0] = op(r0, 0x0504);
-            a[0][1] = op(r1, 0x0504);
-            a[0][2] = op(r0, 0x0706);
-            a[0][3] = op(r1, 0x0706);
-            a[1][0] = op(r2, 0x0504);
-            a[1][1] = op(r3, 0x0504);
-            a[1][2] = op(r2, 0x0706);
-            a[1][3] = op(r3, 0x0706);
+            a[0][0] = op8(r0, 0x0504);
+            a[0][1] = op8(r1, 0x0504);
+            a[0][2] = op8(r0, 0x0706);
+            a[0][3] = op8(r1, 0x0706);
+            a[1][0] = op8(r2, 0x0504);
+            a[1][1] = op8(r3, 0x0504);
+            a[1][2] = op8(r2, 0x0706);
+            a[1][3] = op8(r3, 0x0706);
         } else {
 #pragma unroll
             for (int k = 0; k < 2; ++k)
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {  // tokens gid, gid + 8
                     const int t = gid + 8 * r;
-                    unsigned lo, hi;
+                    unsigned lo, hi;  // codes (0, 1) and (2, 3) of the thread's four
                     if constexpr (N == 4) {
                         const unsigned w =
                             lds32(tile + RL::at(t, 16 * gi + 8 * k + 4 * (tig >> 1)));
-                        const unsigned y = __byte_perm(w, w, sel);
-                        lo = lop_or_magic(y, 0x00F0000Fu);
-                        hi = lop_or_magic(y >> 8, 0x00F0000Fu);
+                        const unsigned y = __byte_perm(w, w, sel);  // bytes (b0, b1, b0, b1)
+                        lo = lop_or_magic<0x01E0001Eu>(y << 1, magic);
+                        hi = lop_or_magic<0x01E0001Eu>(y >> 7, magic);
                     } else if constexpr (N == 2) {
                         const unsigned w = lds32(tile + RL::at(t, 8 * gi + 4 * k));
-                        const unsigned y = __byte_perm(w, w, sel);
-                        lo = lop_or_magic(y, 0x000C0003u);
-                        hi = lop_or_magic(y, 0x00C00030u);
+                        const unsigned y = __byte_perm(w, w, sel);  // the byte at 0 and 16
+                        lo = lop_or_magic<0x00180006u>(y << 1, magic);
+                        hi = lop_or_magic<0x00C00030u>(y, magic);
                     } else {  // N == 3: 12 bits, possibly across two words
                         const unsigned char* row = tile + RL::at(t, 0);
                         const unsigned w0 = lds32(row + 12 * gi + woff[k]);
                         const unsigned w1 = lds32(row + 12 * gi + woff[k] + 4);
                         const unsigned x = __funnelshift_r(w0, w1, sh[k]) & 0xFFFu;
-                        const unsigned y = __byte_perm(x, 0, 0x1010);
-                        lo = lop_or_magic(y, 0x00380007u);
-                        hi = lop_or_magic(y >> 6, 0x00380007u);
+                        const unsigned y = x * 0x00010002u;  // x << 1 | x << 16, disjoint
+                        lo = lop_or_magic<0x0038000Eu>(y, magic);
+                        hi = lop_or_magic<0x0038000Eu>(y >> 6, magic);
                     }
-                    a[k][r] = k_op(lo, mul0, sub0);
-                    a[k][2 + r] = k_op(hi, mul1, sub1);
+                    a[k][r] = op(lo, 0);
+                    a[k][2 + r] = op(hi, 2);
                 }
         }
     }
@@ -288,35 +301,32 @@ struct VBf16 {
 
 // turbo V. N = 8: as q8 (chunk 2u + j is group 2u + j, m-tile j). N = 2, 3, 4: thread gid takes
 // dims 4gid..4gid+3 of the unit (one group: 2u + gid / 4): m-tile j rows gid, gid + 8 are dims
-// 4gid + 2j, 4gid + 2j + 1.
+// 4gid + 2j, 4gid + 2j + 1. N = 4 reads them with ldmatrix.trans (a 16-byte chunk is one unit:
+// thread gid receives bytes 2gid, 2gid+1 of tokens 2tig, 2tig+1 in one register); N = 2, 3 read
+// words and pair the two tokens with a PRMT. Either way code i of the four sits at bits N*i of
+// each token's half, shifted down to bit 0 (o = 0) before the LOP3.
 template <int N>
 struct VTurbo {
     static_assert(N == 2 || N == 3 || N == 4 || N == 8, "turbo V: N in {2, 3, 4, 8}");
     static constexpr int ROWB = HD * N / 8, SC = HD / 16, NSG = N == 8 ? 2 : 1;
     static constexpr bool V_PAIR = true, BF16 = false;
-    using RL = RowLayout<ROWB>;
+    using RL = RowLayout<ROWB, N == 8 || N == 4>;
+    static constexpr unsigned MASK = (N == 2) ? 0x00030003u : (N == 3 ? 0x00070007u : 0x000F000Fu);
     int lrow, lch, gid, tig;
-    unsigned sel;
-    int woff, sh;            // N = 3: word and shift of the thread's 12 bits
-    __half2 mul[4], sub[4];  // per register (m-tile j, row r): 2j + r
+    unsigned sel;  // N = 2: the thread's byte of both tokens
+    int woff, sh;  // N = 3: word and shift of the thread's 12 bits
+    unsigned magic;
     __device__ explicit VTurbo(int lane)
-        : lrow((lane & 7) + ((lane >> 3) & 1) * 8), lch(lane >> 4), gid(lane >> 2), tig(lane & 3) {
-        int o[4] = {0, 4, 0, 4};  // N = 4: nibbles of bytes (b, b+1): y and y >> 8
-        if constexpr (N == 4) {
-            const int b = 2 * (gid & 1);
-            sel = b | ((b + 1) << 4) | ((4 + b) << 8) | ((5 + b) << 12);
-        } else if constexpr (N == 2) {
+        : lrow((lane & 7) + ((lane >> 3) & 1) * 8), lch(lane >> 4), gid(lane >> 2), tig(lane & 3),
+          magic(0x64006400u) {
+        if constexpr (N == 2) {
             const int b = gid & 3;
             sel = b | (b << 4) | ((4 + b) << 8) | ((4 + b) << 12);
-            o[1] = 2, o[2] = 4, o[3] = 6;
         } else if constexpr (N == 3) {
             const int p = 12 * gid;
             woff = 4 * (p >> 5);
             sh = p & 31;
-            o[1] = 3, o[2] = 0, o[3] = 3;  // y, y, y >> 6, y >> 6
         }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) code_consts(o[i], o[i], N, mul[i], sub[i]);
     }
     // the scale group of m-tile j of unit u for this thread
     __device__ __forceinline__ int group(int u, int j, int) const {
@@ -324,6 +334,12 @@ struct VTurbo {
     }
     __device__ __forceinline__ int dim(int u, int j) const {
         return N == 8 ? 32 * u + 16 * j + 2 * gid : 32 * u + 4 * gid + 2 * j;
+    }
+    // code i of both tokens (bits N*i of each half of y) -> V' = fma(c - 2^(N-1), d, d/2)
+    __device__ __forceinline__ unsigned v_op(unsigned y, int i, __half2 d, __half2 dh) const {
+        const unsigned x = lop_or_magic<MASK>(y >> (N * i), magic);
+        const double off = 1024.0 + (1 << (N - 1));
+        return h2(__hfma2(sub_magic(x, off, off), d, dh));
     }
     __device__ __forceinline__ void frags(const unsigned char* step, unsigned su, int u,
                                           const VScales& ds, unsigned (&a)[2][4]) const {
@@ -346,39 +362,35 @@ struct VTurbo {
             a[1][2] = op(r3, 0x0604, 1, true);
             a[1][3] = op(r3, 0x0705, 1, true);
         } else {
+            unsigned y[2];  // token pairs (2tig, 2tig+1), (2tig+8, 2tig+9): their codes
+            if constexpr (N == 4) {
+                ldsm_x2_t(su + lrow * RL::RS + (RL::chunk(lrow, u) << 4), y[0], y[1]);
+            } else {
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    const int t0 = 2 * tig + 8 * p, t1 = t0 + 1;
+                    if constexpr (N == 2) {
+                        const int b = 8 * u + 4 * (gid >> 2);
+                        y[p] = __byte_perm(lds32(step + RL::at(t0, b)), lds32(step + RL::at(t1, b)),
+                                           sel);
+                    } else {
+                        auto field = [&](int t) {
+                            const unsigned char* w = step + RL::at(t, 0) + 12 * u + woff;
+                            return __funnelshift_r(lds32(w), lds32(w + 4), sh) & 0xFFFu;
+                        };
+                        y[p] = __byte_perm(field(t0), field(t1), 0x5410);
+                    }
+                }
+            }
             const __half2 d01 = as_h2(ds.d01[0]), d89 = as_h2(ds.d89[0]);
 #pragma unroll
-            for (int p = 0; p < 2; ++p) {  // token pairs (2tig, 2tig+1), (2tig+8, 2tig+9)
-                const int t0 = 2 * tig + 8 * p, t1 = t0 + 1;
-                unsigned y0, y1;  // registers (j 0: rows gid, gid+8), (j 1: ...) come from these
-                if constexpr (N == 4) {
-                    const int b = 16 * u + 4 * (gid >> 1);
-                    const unsigned y =
-                        __byte_perm(lds32(step + RL::at(t0, b)), lds32(step + RL::at(t1, b)), sel);
-                    y0 = y;
-                    y1 = y >> 8;
-                } else if constexpr (N == 2) {
-                    const int b = 8 * u + 4 * (gid >> 2);
-                    y0 = y1 =
-                        __byte_perm(lds32(step + RL::at(t0, b)), lds32(step + RL::at(t1, b)), sel);
-                } else {
-                    auto field = [&](int t) {
-                        const unsigned char* w = step + RL::at(t, 0) + 12 * u + woff;
-                        return __funnelshift_r(lds32(w), lds32(w + 4), sh) & 0xFFFu;
-                    };
-                    y0 = __byte_perm(field(t0), field(t1), 0x5410);
-                    y1 = y0 >> 6;
-                }
-                const unsigned m0 = (N == 2) ? 0x00030003u : (N == 3 ? 0x00070007u : 0x000F000Fu);
-                const unsigned m1 = (N == 2) ? 0x000C000Cu : (N == 3 ? 0x00380038u : 0x00F000F0u);
-                const unsigned m2 = (N == 2) ? 0x00300030u : m0;
-                const unsigned m3 = (N == 2) ? 0x00C000C0u : m1;
+            for (int p = 0; p < 2; ++p) {
                 const __half2 d = p ? d89 : d01;
                 const __half2 dh = p ? ds.h89[0] : ds.h01[0];
-                a[0][2 * p] = v_op(lop_or_magic(y0, m0), mul[0], sub[0], d, dh);
-                a[0][2 * p + 1] = v_op(lop_or_magic(y0, m1), mul[1], sub[1], d, dh);
-                a[1][2 * p] = v_op(lop_or_magic(y1, m2), mul[2], sub[2], d, dh);
-                a[1][2 * p + 1] = v_op(lop_or_magic(y1, m3), mul[3], sub[3], d, dh);
+                a[0][2 * p] = v_op(y[p], 0, d, dh);
+                a[0][2 * p + 1] = v_op(y[p], 1, d, dh);
+                a[1][2 * p] = v_op(y[p], 2, d, dh);
+                a[1][2 * p + 1] = v_op(y[p], 3, d, dh);
             }
         }
     }

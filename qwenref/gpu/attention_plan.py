@@ -186,13 +186,15 @@ def _mma_nst(options):
     return _opt_value(options, "MMA_NSTAGE", 0) or 2
 
 
-def _side_tile(side, hd):
-    """(row stride in shared memory, scales per token) of one side's tile: mirrors the loaders
-    of kernels_cuda/kv_tile.cuh (RowLayout: 16-byte chunks, a multiple of 8 of them swizzled in
-    place, else padded to an odd count)."""
+def _side_tile(side, hd, role):
+    """(row stride in shared memory, scales per token) of one side's tile, role "k" or "v":
+    mirrors the loaders of kernels_cuda/kv_tile.cuh (RowLayout: 16-byte chunks; a side read by
+    ldmatrix with a multiple of 8 of them swizzled in place, else padded to an odd count; the
+    narrow turbo sides read words, except turbo4's V)."""
     rowb = {"q8": hd, "bf16": 2 * hd}.get(side) or hd * turbo_bits(side) // 8
     nch = rowb // 16
-    rs = 16 * (nch if nch % 8 == 0 else nch | 1)
+    ldsm = side in ("q8", "bf16", "turbo8") or (side == "turbo4" and role == "v")
+    rs = 16 * (nch if ldsm and nch % 8 == 0 else nch | 1)
     return rs, {"q8": hd // 32, "bf16": 0}.get(side, hd // 16)
 
 
@@ -217,7 +219,7 @@ def mma_smem_bytes(hd, nt8, options=(), kind="q8"):
         raise ValueError(f"nt8 must be in 1..{MMA_MAX_COLS // 8}, got {nt8}")
     options = options_arg(options)
     k_side, v_side = _mma_pair(kind)
-    (krs, ksc), (vrs, vsc) = _side_tile(k_side, hd), _side_tile(v_side, hd)
+    (krs, ksc), (vrs, vsc) = _side_tile(k_side, hd, "k"), _side_tile(v_side, hd, "v")
     nw, nst = _mma_nw(options), _mma_nst(options)
     bt, nch, ncol = 16 * nw, hd // 16, 8 * nt8
     pst = 8 * (nt8 if nt8 % 2 else nt8 + 1)
