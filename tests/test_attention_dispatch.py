@@ -430,9 +430,10 @@ def test_mma_smem_bytes():
     assert [A.mma_smem_bytes(128, n) for n in (1, 2, 3, 4)] == [40240, 46672, 51056, 57488]
     assert A.mma_smem_bytes(256, 1, ("-DMMA_NW=8", "-DMMA_NSTAGE=3")) == 219712
     # other kinds (kv_tile.cuh's rows): bf16 stages 2 * 64 * (512 + 512) B and two P planes;
-    # turbo4 rows of 128 B (8 chunks, swizzled) and 16 scales; turbo2 rows of 64 B padded to 80
+    # turbo4 rows of 128 B and 16 scales: K padded to 144 (word loads), V swizzled (ldmatrix);
+    # turbo2 rows of 64 B padded to 80
     assert A.mma_smem_bytes(256, 1, kind="bf16") == 131072 + 8192 + 2 * 1024 + 304
-    assert A.mma_smem_bytes(256, 1, kind="turbo4") == 32768 + 8192 + 8192 + 1024 + 304
+    assert A.mma_smem_bytes(256, 1, kind="turbo4") == 18432 + 16384 + 8192 + 8192 + 1024 + 304
     assert A.mma_smem_bytes(256, 1, kind="turbo2") == 20480 + 8192 + 8192 + 1024 + 304
     assert A.mma_smem_bytes(256, 1, kind="bf16k-turbo4v") == 81920 + 4096 + 8192 + 1024 + 304
 

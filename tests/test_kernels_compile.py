@@ -317,3 +317,53 @@ def test_one_front_end_pass_per_arch_family():
     ]
     g = compile_check._gencodes(("sm_80", "sm_90"), "#if __CUDA_ARCH__ >= 900\n#endif")
     assert g == ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
+
+
+_LAY_PROBE = r"""
+#include <cstdio>
+#include "attention.cuh"
+#include "attention_mma.cuh"
+#include "kv_tile.cuh"
+using namespace mma_attn;
+template <class K, class V> void row(const char* kind) {
+    printf("%s %d %d %d %d\n", kind, Lay<K, V, 1>::BYTES, Lay<K, V, 2>::BYTES,
+           Lay<K, V, 3>::BYTES, Lay<K, V, 4>::BYTES);
+}
+int main() {
+    row<KQ8, VQ8>("q8");
+    row<KBf16, VBf16>("bf16");
+    row<KTurbo<8>, VTurbo<8>>("turbo8");
+    row<KTurbo<4>, VTurbo<4>>("turbo4");
+    row<KTurbo<3>, VTurbo<3>>("turbo3");
+    row<KTurbo<2>, VTurbo<2>>("turbo2");
+    row<KBf16, VTurbo<4>>("bf16k-turbo4v");
+    row<KBf16, VTurbo<3>>("bf16k-turbo3v");
+    row<KBf16, VTurbo<2>>("bf16k-turbo2v");
+}
+"""
+
+
+@needs_nvcc
+@pytest.mark.parametrize("hd", [256, 128])
+def test_mma_smem_mirror_matches_the_header(hd, tmp_path):
+    """attention_plan.mma_smem_bytes (what the plan checks before choosing the mma rung, without
+    a GPU) equals mma_attn::Lay<K, V, NT8>::BYTES of the headers, built for the host and run:
+    every kind with mma kernels, NT8 1..4."""
+    from qwenref.gpu import attention_plan as A
+
+    src = tmp_path / "lay.cu"
+    src.write_text(_LAY_PROBE)
+    exe = tmp_path / "lay"
+    flags = ["-std=c++17", "-DMMA_NW=0", f"-DATTN_HD={hd}", "-DATTN_NREP=6"]
+    subprocess.run(
+        [NVCC, *flags, "-I", str(ROOT / "kernels_cuda"), str(src), "-o", str(exe)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    rows = [line.split() for line in out.splitlines()]
+    assert len(rows) == 9
+    for kind, *sizes in rows:
+        mirror = [A.mma_smem_bytes(hd, n, kind=kind) for n in (1, 2, 3, 4)]
+        assert mirror == [int(x) for x in sizes], kind
