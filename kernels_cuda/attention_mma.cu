@@ -208,7 +208,8 @@ __device__ __forceinline__ void partials_mma(
 // attn_partials_<kind>_mma_sel_n1: one row that may be selective (the wrapper's choice for nb = 1
 // with sel_n given). Same parameters, so the wrapper launches all alike; scales are null for bf16.
 #define ATTN_PARTIALS_MMA(KIND, KL, VL, SFX, NT8, SEL)                                             \
-    extern "C" __global__ void __launch_bounds__(mma_attn::Cfg<NT8>::NT, NT8 == 1 ? MMA_MINB_N1 : 1) \
+    extern "C" __global__ void __launch_bounds__(mma_attn::Cfg<NT8>::NT,                           \
+                                                 NT8 == 1 ? MMA_MINB_N1 : 1)                       \
         attn_partials_##KIND##_mma_##SFX(                                                          \
             const float* q, const void* kq, const __half* kd, const void* vq, const __half* vd,    \
             int max_t, int base_pos, int nb, const int* sel_idx, const int* sel_n, int sel_w,      \

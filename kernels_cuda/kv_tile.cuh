@@ -152,8 +152,13 @@ struct KTurbo {
     // N = 4: (y << 1, y >> 7) & 0x01E0001E -> bits 1, 5; N = 2: (y << 1) & 0x00180006 -> 1, 3
     // and y & 0x00C00030 -> 4, 6; N = 3: (y, y >> 6) & 0x0038000E -> 1, 3
     __host__ __device__ static constexpr int o(int i) {
-        return N == 4 ? (i % 2 ? 5 : 1) : N == 2 ? (i == 0 ? 1 : i == 1 ? 3 : i == 2 ? 4 : 6)
-               : N == 3 ? (i % 2 ? 3 : 1) : 0;
+        return N == 4   ? (i % 2 ? 5 : 1)
+               : N == 2 ? (i == 0   ? 1
+                           : i == 1 ? 3
+                           : i == 2 ? 4
+                                    : 6)
+               : N == 3 ? (i % 2 ? 3 : 1)
+                        : 0;
     }
     __host__ __device__ static constexpr float qf(int i) { return 1.0f / float(1 << o(i)); }
     int gid, tig, lrow, lch;
@@ -161,7 +166,10 @@ struct KTurbo {
     int woff[2], sh[2];  // N = 3: word and shift of the thread's 12 bits in group 2gi + k
     unsigned magic;
     __device__ explicit KTurbo(int lane)
-        : gid(lane >> 2), tig(lane & 3), lrow((lane & 7) + ((lane >> 3) & 1) * 8), lch(lane >> 4),
+        : gid(lane >> 2),
+          tig(lane & 3),
+          lrow((lane & 7) + ((lane >> 3) & 1) * 8),
+          lch(lane >> 4),
           magic(0x64006400u) {
         if constexpr (N == 4) {
             const int b = 2 * (tig & 1);  // the thread's 16 bits: bytes b, b+1 of its word
@@ -317,7 +325,10 @@ struct VTurbo {
     int woff, sh;  // N = 3: word and shift of the thread's 12 bits
     unsigned magic;
     __device__ explicit VTurbo(int lane)
-        : lrow((lane & 7) + ((lane >> 3) & 1) * 8), lch(lane >> 4), gid(lane >> 2), tig(lane & 3),
+        : lrow((lane & 7) + ((lane >> 3) & 1) * 8),
+          lch(lane >> 4),
+          gid(lane >> 2),
+          tig(lane & 3),
           magic(0x64006400u) {
         if constexpr (N == 2) {
             const int b = gid & 3;
