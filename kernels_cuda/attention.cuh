@@ -1,7 +1,8 @@
 // attention.cuh — what the split-T attention modules share (attention_split.cu, attention_v1.cu,
 // attention_mma.cu, attention_combine.cu; kernel_source pastes it into each, NVRTC compiles each
 // module alone): the compile-time shape, inf_f, split_range (golden's split_bounds), warp_max,
-// block_wht, and for the one-row-per-CTA partials (split, v1) row_list and write_empty_state.
+// block_wht, and for the one-row-per-CTA partials (split, v1) row_list, split_state and
+// write_empty_state.
 //
 // ATTN_HD (head_dim, 64|128|256) and ATTN_NREP (q heads per kv head, 1..32) come in as -D
 // options: the wrapper compiles one partials module per (hd, n_rep), and the defaults are the
@@ -80,14 +81,25 @@ static_assert(NREP >= 1 && NREP <= 32, "ATTN_NREP must be 1..32");
     return sel_idx + (size_t)b * sel_w;
 }
 
-// An empty split's partials for the NREP heads at o_dst / m_dst / l_dst (golden: m = -inf,
-// l = 0, o = 0), written by the block's threads.
-[[maybe_unused]] __device__ __forceinline__ void write_empty_state(float* o_dst, float* m_dst,
-                                                                   float* l_dst) {
-    for (int p = threadIdx.x; p < NREP * HD; p += blockDim.x) o_dst[p] = 0.f;
+// Where the partials of row b, split `split` and kv head g's NREP heads go: o [NREP][HD],
+// m and l [NREP] (of o_out [nb, S, nh, HD], m_out and l_out [nb, S, nh]).
+struct SplitState {
+    float *o, *m, *l;
+};
+[[maybe_unused]] __device__ __forceinline__ SplitState split_state(float* o_out, float* m_out,
+                                                                   float* l_out, int b, int S,
+                                                                   int split, int nh, int g) {
+    const size_t head0 = ((size_t)b * S + split) * nh + (size_t)g * NREP;
+    return {o_out + head0 * HD, m_out + head0, l_out + head0};
+}
+
+// An empty split's partials for the NREP heads at dst (golden: m = -inf, l = 0, o = 0),
+// written by the block's threads.
+[[maybe_unused]] __device__ __forceinline__ void write_empty_state(const SplitState& dst) {
+    for (int p = threadIdx.x; p < NREP * HD; p += blockDim.x) dst.o[p] = 0.f;
     for (int p = threadIdx.x; p < NREP; p += blockDim.x) {
-        m_dst[p] = -inf_f();
-        l_dst[p] = 0.f;
+        dst.m[p] = -inf_f();
+        dst.l[p] = 0.f;
     }
 }
 

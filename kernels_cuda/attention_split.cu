@@ -46,11 +46,9 @@ __device__ void attn_partials_split_impl(const float* q, const void* kdata, cons
     const int* list = row_list(b, base_pos, sel_idx, sel_n, sel_w, n_vis);
     int lo, hi;
     split_range(n_vis, S, split, lo, hi);
-    float* o_dst = o_out + (((size_t)b * S + split) * nh + (size_t)g * NREP) * HD;
-    float* m_dst = m_out + ((size_t)b * S + split) * nh + (size_t)g * NREP;
-    float* l_dst = l_out + ((size_t)b * S + split) * nh + (size_t)g * NREP;
+    const SplitState dst = split_state(o_out, m_out, l_out, b, S, split, nh, g);
     if (lo >= hi) {  // empty split
-        write_empty_state(o_dst, m_dst, l_dst);
+        write_empty_state(dst);
         return;
     }
 
@@ -103,10 +101,10 @@ __device__ void attn_partials_split_impl(const float* q, const void* kdata, cons
 #pragma unroll
     for (int h = 0; h < NREP; ++h) {
 #pragma unroll
-        for (int j = 0; j < DPS; ++j) o_dst[h * HD + lane + 32 * j] = o[h][j];
+        for (int j = 0; j < DPS; ++j) dst.o[h * HD + lane + 32 * j] = o[h][j];
         if (lane == 0) {
-            m_dst[h] = m[h];
-            l_dst[h] = l[h];
+            dst.m[h] = m[h];
+            dst.l[h] = l[h];
         }
     }
 }

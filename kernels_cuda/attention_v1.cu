@@ -260,11 +260,9 @@ __device__ __forceinline__ void attn_partials_impl(
     int lo, hi;
     split_range(n_vis, S, split, lo, hi);
 
-    float* o_dst = o_out + (((size_t)b * S + split) * nh + (size_t)g * NREP) * HD;
-    float* m_dst = m_out + ((size_t)b * S + split) * nh + (size_t)g * NREP;
-    float* l_dst = l_out + ((size_t)b * S + split) * nh + (size_t)g * NREP;
+    const SplitState dst = split_state(o_out, m_out, l_out, b, S, split, nh, g);
     if (lo >= hi) {  // empty split
-        write_empty_state(o_dst, m_dst, l_dst);
+        write_empty_state(dst);
         return;
     }
 
@@ -450,10 +448,10 @@ __device__ __forceinline__ void attn_partials_impl(
                 L = fmaf(c, s_ml[1][w][h], L);
             }
         }
-        o_dst[p] = acc;
+        dst.o[p] = acc;
         if (p % HD == 0) {
-            m_dst[h] = M;
-            l_dst[h] = L;
+            dst.m[h] = M;
+            dst.l[h] = L;
         }
     }
 }

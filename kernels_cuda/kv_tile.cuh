@@ -86,6 +86,21 @@ __device__ __forceinline__ __half2 sub_magic(unsigned x, double off_lo, double o
     return __hadd2(as_h2(x), as_h2(half_bits(-off_lo) | (half_bits(-off_hi) << 16)));
 }
 
+// The A fragments of k-steps 2gi, 2gi+1 from one ldmatrix.x4 of byte codes (q8, turbo8): r0..r3
+// hold (tokens 0-7 | 8-15) x (chunk 2gi | 2gi+1); cvt(x, sel) turns bytes sel of x into a half2.
+template <class Cvt>
+__device__ __forceinline__ void byte_k_frags(unsigned r0, unsigned r1, unsigned r2, unsigned r3,
+                                             Cvt cvt, unsigned (&a)[2][4]) {
+    a[0][0] = cvt(r0, 0x0504);
+    a[0][1] = cvt(r1, 0x0504);
+    a[0][2] = cvt(r0, 0x0706);
+    a[0][3] = cvt(r1, 0x0706);
+    a[1][0] = cvt(r2, 0x0504);
+    a[1][1] = cvt(r3, 0x0504);
+    a[1][2] = cvt(r2, 0x0706);
+    a[1][3] = cvt(r3, 0x0706);
+}
+
 // ---- K loaders --------------------------------------------------------------------------------
 // frags(tile, gi, a): A fragments of dims [32 gi, 32 gi + 32) (k-steps 2gi and 2gi+1) of the
 // warp's 16 tokens; tile = the stage row of the warp's first token (generic and shared-space
@@ -103,18 +118,8 @@ struct KQ8 {
                                           unsigned (&a)[2][4]) const {
         unsigned r0, r1, r2, r3;
         ldsm_x4(tile + lrow * RL::RS + (RL::chunk(lrow, 2 * gi + lch) << 4), r0, r1, r2, r3);
-        r0 ^= 0x80808080u;
-        r1 ^= 0x80808080u;
-        r2 ^= 0x80808080u;
-        r3 ^= 0x80808080u;
-        a[0][0] = i8x2_to_h2(r0, 0x0504);
-        a[0][1] = i8x2_to_h2(r1, 0x0504);
-        a[0][2] = i8x2_to_h2(r0, 0x0706);
-        a[0][3] = i8x2_to_h2(r1, 0x0706);
-        a[1][0] = i8x2_to_h2(r2, 0x0504);
-        a[1][1] = i8x2_to_h2(r3, 0x0504);
-        a[1][2] = i8x2_to_h2(r2, 0x0706);
-        a[1][3] = i8x2_to_h2(r3, 0x0706);
+        const unsigned f = 0x80808080u;
+        byte_k_frags(r0 ^ f, r1 ^ f, r2 ^ f, r3 ^ f, i8x2_to_h2, a);
     }
 };
 
@@ -201,14 +206,7 @@ struct KTurbo {
                 const unsigned u = __byte_perm(0x64646464u, x, sl);
                 return h2(__hadd2(__hsub2(as_h2(u), s), h));
             };
-            a[0][0] = op8(r0, 0x0504);
-            a[0][1] = op8(r1, 0x0504);
-            a[0][2] = op8(r0, 0x0706);
-            a[0][3] = op8(r1, 0x0706);
-            a[1][0] = op8(r2, 0x0504);
-            a[1][1] = op8(r3, 0x0504);
-            a[1][2] = op8(r2, 0x0706);
-            a[1][3] = op8(r3, 0x0706);
+            byte_k_frags(r0, r1, r2, r3, op8, a);
         } else {
 #pragma unroll
             for (int k = 0; k < 2; ++k)
