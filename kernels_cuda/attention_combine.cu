@@ -2,8 +2,8 @@
 // attention_v1.cu and attention_mma.cu write, then the inverse WHT and the output gate.
 // Golden: qwenref/golden/attention.py attn_combine, output_gate.
 // Per (row b, q head h) over the S splits: M = max m_i, L = sum 2^(m_i-M) l_i,
-// out = sum 2^(m_i-M) o_i / L, then the inverse WHT over hd (V rotated), then * sigmoid(gate);
-// optional lse2 = M + log2 L.
+// out = sum 2^(m_i-M) o_i / L, then the inverse WHT over hd (V rotated: inverse_wht 1; a tq V:
+// 2, the WHT then the signs of layout.tq_signs), then * sigmoid(gate); optional lse2 = M + log2 L.
 // Launch: grid (nh, nb, hd / dc), block COMBINE_NT = 256; CTA z combines dims [z*dc, (z+1)*dc)
 // of one (row, head), its threads spread over float4s of the chunk and over splits (comment at
 // the kernel). Compiled without -D options: hd, dc and S are arguments (S <= 1024).
@@ -20,6 +20,7 @@
 //   mma  attention_mma.cu + attention_combine.cu (this file): q8/q8 partials on tensor cores
 
 #include "attention.cuh"
+#include "tq_signs.cuh"
 
 namespace {
 
@@ -141,6 +142,8 @@ extern "C" __global__ void __launch_bounds__(COMBINE_NT)
     const size_t row = ((size_t)b * nh + h) * hd + d0;
     for (int d = tid; d < dc; d += COMBINE_NT) {
         float y = s_x[d];
+        if (inverse_wht == 2)
+            y = __uint_as_float(__float_as_uint(y) ^ tq_sign_bit(d));  // s ⊙ wht(o)
         if (gate != nullptr) y = y * (1.f / (1.f + expf(-gate[row + d])));
         out[row + d] = y;
     }

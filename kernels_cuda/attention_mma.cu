@@ -1,7 +1,8 @@
 // attention_mma.cu — split-T decode partials on tensor cores (mma.sync m16n8k16, fp16 or bf16
 // operands, fp32 accumulation) for every cache kind: attn_partials_<kind>_mma_n<NT8> (dense
 // rows, NT8 = 1..4) and attn_partials_<kind>_mma_sel_n1 (one row that may be selective), plus
-// attn_mma_smem_bytes. <kind>: q8, bf16, turbo8/4/3/2, or bf16_turbo4/3/2 (bf16 K, turbo V).
+// attn_mma_smem_bytes. <kind>: q8, bf16, turbo8/4/3/2, bf16_turbo4/3/2 (bf16 K, turbo V), or
+// tq4/3/2 (codebook: golden's tq_codebook(b), float32 [2^b]; null for the other kinds).
 // Golden: qwenref/golden/attention.py attn_partials. Same outputs as attention_v1.cu's
 // attn_partials_<K>_<V> (m, l [nb, S, nh], o [nb, S, nh, hd], golden's per-row split_bounds;
 // attention_combine.cu merges them, and inverse-rotates a turbo V), for all nb rows of a batch
@@ -83,8 +84,8 @@ __device__ __forceinline__ void partials_mma(
     const float* __restrict__ q, const unsigned char* __restrict__ kq,
     const __half* __restrict__ kd, const unsigned char* __restrict__ vq,
     const __half* __restrict__ vd, int max_t, int base_pos, int nb, const int* __restrict__ sel_idx,
-    const int* __restrict__ sel_n, int sel_w, float qscale, float* __restrict__ m_out,
-    float* __restrict__ l_out, float* __restrict__ o_out) {
+    const int* __restrict__ sel_n, int sel_w, const float* __restrict__ codebook, float qscale,
+    float* __restrict__ m_out, float* __restrict__ l_out, float* __restrict__ o_out) {
     using L = Lay<KL, VL, NT8>;
     constexpr int NT = Cfg<NT8>::NT, BT = Cfg<NT8>::BT, GPW = Cfg<NT8>::GPW;
     constexpr int NST = Cfg<NT8>::NST;
@@ -96,10 +97,11 @@ __device__ __forceinline__ void partials_mma(
     __half* sDv = reinterpret_cast<__half*>(smem + L::DV_OFF);
     uint4* sQ = reinterpret_cast<uint4*>(smem + L::Q_OFF);
     __half* sP = reinterpret_cast<__half*>(smem + L::P_OFF);
-    float* sRed = reinterpret_cast<float*>(smem + L::RED_OFF);    // [NCOL][NW] warp maxima
-    float* sL = reinterpret_cast<float*>(smem + L::L_OFF);        // [NW][NCOL] warp l
-    float* sM = reinterpret_cast<float*>(smem + L::M_OFF);        // [NCOL]
-    float* sQmax = reinterpret_cast<float*>(smem + L::QMAX_OFF);  // [NW]
+    float* sRed = reinterpret_cast<float*>(smem + L::RED_OFF);        // [NCOL][NW] warp maxima
+    float* sL = reinterpret_cast<float*>(smem + L::L_OFF);            // [NW][NCOL] warp l
+    float* sM = reinterpret_cast<float*>(smem + L::M_OFF);            // [NCOL]
+    float* sQmax = reinterpret_cast<float*>(smem + L::QMAX_OFF);      // [NW]
+    unsigned* sTab = reinterpret_cast<unsigned*>(smem + L::TAB_OFF);  // tq: the pair table
 
     const int g = blockIdx.x, split = blockIdx.y;
     const int nkv = gridDim.x, S = gridDim.y;
@@ -135,20 +137,58 @@ __device__ __forceinline__ void partials_mma(
                                                      L1, sel, tid);
         copy_rows<VL::ROWB, typename VL::RL, BT, NT>(smem_u32(sV + buf * BT * VRS), vq_g, t0, L0,
                                                      L1, sel, tid);
-        if constexpr (KL::SC > 0)
+        if constexpr (KL::SC > 0 && !KL::ROW_SCALE)
             copy_rows<KL::SC * 2, Packed<KL::SC * 2>, BT, NT>(smem_u32(sDk + buf * BT * KL::SC),
                                                               kd_g, t0, L0, L1, sel, tid);
-        if constexpr (VL::SC > 0)
+        if constexpr (VL::SC > 0 && !VL::ROW_SCALE)
             copy_rows<VL::SC * 2, Packed<VL::SC * 2>, BT, NT>(smem_u32(sDv + buf * BT * VL::SC),
                                                               vd_g, t0, L0, L1, sel, tid);
+    };
+    // tq: a token's gamma (2 bytes) is too small for cp.async. Thread t < BT loads token t's K
+    // and V gammas into registers when its block is issued (load_gammas) and stores them at the
+    // top of the next iteration, before the barrier that publishes the block (store_gammas).
+    static_assert(KL::ROW_SCALE == VL::ROW_SCALE, "tq on both sides or neither");
+    __half gk = __float2half(0.f), gv = __float2half(0.f);
+    int gslot = -1;
+    auto load_gammas = [&](int j) {
+        if constexpr (KL::ROW_SCALE) {
+            if (tid < BT) {
+                const int pos = L0 + j * BT + tid;
+                const bool ok = pos < L1;
+                const size_t row = sel != nullptr ? sel[ok ? pos : L0] : (ok ? pos : L0);
+                gk = ok ? kd[row0 + row] : __float2half(0.f);
+                gv = ok ? vd[row0 + row] : __float2half(0.f);
+                gslot = j % NST;
+            }
+        }
+    };
+    auto store_gammas = [&]() {
+        if constexpr (KL::ROW_SCALE) {
+            if (gslot >= 0) {
+                sDk[gslot * BT + tid] = gk;
+                sDv[gslot * BT + tid] = gv;
+                gslot = -1;
+            }
+        }
     };
 
     // start the pipeline before the q preparation so the first bytes are already in flight
 #pragma unroll
     for (int j = 0; j < NST - 1; ++j) {
-        if (j < nblk) load_block(j);
+        if (j < nblk) {
+            load_block(j);
+            load_gammas(j);
+            store_gammas();
+        }
         cp_commit();
     }
+    if constexpr (L::TQB > 0) {  // tq: entry e = (C[e & m], C[e >> B]) in every bank (kv_tile.cuh)
+        constexpr int NC = 1 << L::TQB;
+        for (int i = tid; i < NC * NC * 32; i += NT) {
+            const int e = i >> 5;
+            sTab[i] = pack_h2(codebook[e & (NC - 1)], codebook[e >> L::TQB]);
+        }
+    }  // prepare_q's barrier publishes it
     const float sinv =
         prepare_q<KL, NT8>(q, g, nh, ncv, qscale, reinterpret_cast<unsigned*>(sQ), sQmax);
 
@@ -175,13 +215,17 @@ __device__ __forceinline__ void partials_mma(
 #pragma unroll
             for (int i = 0; i < 4; ++i) O[mt][n8][i] = 0.f;
 
-    const KL kl(lane);
-    const VL vl(lane);
+    const KL kl(lane, sTab);
+    const VL vl(lane, sTab);
     for (int j = 0; j < nblk; ++j) {
         const int buf = j % NST;
+        store_gammas();  // block j + NST - 2's: its slot last held block j - 2's
         cp_wait<NST - 2>();
         __syncthreads();  // block j landed; block j-1 fully consumed
-        if (j + NST - 1 < nblk) load_block(j + NST - 1);
+        if (j + NST - 1 < nblk) {
+            load_block(j + NST - 1);
+            load_gammas(j + NST - 1);
+        }
         cp_commit();
         const int t0 = L0 + j * BT;
 
@@ -192,7 +236,8 @@ __device__ __forceinline__ void partials_mma(
         mask_and_max<NT8>(s, t0 + warp * 16, sp, clo, chi, sinv, sRed, warp, lane);
         __syncthreads();
 
-        online_softmax<L, VL, NT8>(s, sRed, mrun, lpart, O, sP, warp, lane);
+        online_softmax<L, VL, NT8>(s, sRed, mrun, lpart, O, sP,
+                                   sDv + (buf * BT + warp * 16 + gid) * VL::SC, warp, lane);
         __syncthreads();
         p_dot_v<L, VL, NT8>(vl, sV + buf * BT * VRS, smem_u32(sV + buf * BT * VRS),
                             sDv + buf * BT * VL::SC, sP, warp, lane, O);
@@ -213,10 +258,11 @@ __device__ __forceinline__ void partials_mma(
         attn_partials_##KIND##_mma_##SFX(                                                          \
             const float* q, const void* kq, const __half* kd, const void* vq, const __half* vd,    \
             int max_t, int base_pos, int nb, const int* sel_idx, const int* sel_n, int sel_w,      \
-            float qscale, float* m_out, float* l_out, float* o_out) {                              \
-        mma_attn::partials_mma<KL, VL, NT8, SEL>(                                                  \
-            q, static_cast<const unsigned char*>(kq), kd, static_cast<const unsigned char*>(vq),   \
-            vd, max_t, base_pos, nb, sel_idx, sel_n, sel_w, qscale, m_out, l_out, o_out);          \
+            const float* codebook, float qscale, float* m_out, float* l_out, float* o_out) {       \
+        mma_attn::partials_mma<KL, VL, NT8, SEL>(q, static_cast<const unsigned char*>(kq), kd,     \
+                                                 static_cast<const unsigned char*>(vq), vd, max_t, \
+                                                 base_pos, nb, sel_idx, sel_n, sel_w, codebook,    \
+                                                 qscale, m_out, l_out, o_out);                     \
     }
 #define ATTN_PARTIALS_MMA_KIND(KIND, KL, VL)                                                       \
     ATTN_PARTIALS_MMA(KIND, KL, VL, n1, 1, false)                                                  \
@@ -236,7 +282,8 @@ __device__ __forceinline__ void partials_mma(
 #if defined(MMA_KIND_q8) || defined(MMA_KIND_bf16) || defined(MMA_KIND_turbo8) ||                  \
     defined(MMA_KIND_turbo4) || defined(MMA_KIND_turbo3) || defined(MMA_KIND_turbo2) ||            \
     defined(MMA_KIND_bf16_turbo4) || defined(MMA_KIND_bf16_turbo3) ||                              \
-    defined(MMA_KIND_bf16_turbo2)
+    defined(MMA_KIND_bf16_turbo2) || defined(MMA_KIND_tq4) || defined(MMA_KIND_tq3) ||             \
+    defined(MMA_KIND_tq2)
 #define MMA_ONE_KIND
 #endif
 #if !defined(MMA_ONE_KIND) || defined(MMA_KIND_q8)
@@ -265,5 +312,14 @@ ATTN_PARTIALS_MMA_KIND(bf16_turbo3, mma_attn::KBf16, mma_attn::VTurbo<3>)
 #endif
 #if !defined(MMA_ONE_KIND) || defined(MMA_KIND_bf16_turbo2)
 ATTN_PARTIALS_MMA_KIND(bf16_turbo2, mma_attn::KBf16, mma_attn::VTurbo<2>)
+#endif
+#if !defined(MMA_ONE_KIND) || defined(MMA_KIND_tq4)
+ATTN_PARTIALS_MMA_KIND(tq4, mma_attn::KTq<4>, mma_attn::VTq<4>)
+#endif
+#if !defined(MMA_ONE_KIND) || defined(MMA_KIND_tq3)
+ATTN_PARTIALS_MMA_KIND(tq3, mma_attn::KTq<3>, mma_attn::VTq<3>)
+#endif
+#if !defined(MMA_ONE_KIND) || defined(MMA_KIND_tq2)
+ATTN_PARTIALS_MMA_KIND(tq2, mma_attn::KTq<2>, mma_attn::VTq<2>)
 #endif
 #endif  // ATTN_HD 128 / 256

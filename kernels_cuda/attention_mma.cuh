@@ -65,7 +65,11 @@ struct Lay {
     static constexpr int L_OFF = RED_OFF + NCOL * NW * 4;
     static constexpr int M_OFF = L_OFF + NCOL * NW * 4;
     static constexpr int QMAX_OFF = M_OFF + NCOL * 4;
-    static constexpr int BYTES = QMAX_OFF + NW * 4;
+    // tq: the pair table of the codebook (kv_tile.cuh), 2^(2B) entries x 32 banks x 4 B
+    static constexpr int TQB = KL::TQB > VL::TQB ? KL::TQB : VL::TQB;
+    static constexpr int TAB_BYTES = TQB > 0 ? (1 << (2 * TQB)) * 128 : 0;
+    static constexpr int TAB_OFF = TQB > 0 ? (QMAX_OFF + NW * 4 + 15) / 16 * 16 : QMAX_OFF + NW * 4;
+    static constexpr int BYTES = TAB_OFF + TAB_BYTES;
 };
 
 // two int8 bytes of x -> half2 of their exact values: (0x6400 | (b ^ 0x80)) is the fp16

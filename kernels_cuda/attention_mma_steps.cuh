@@ -14,6 +14,7 @@
 #include "attention_mma.cuh"
 #include "kv_tile.cuh"
 #include "mma_ptx.cuh"
+#include "tq_signs.cuh"
 #include "wht_regs.cuh"
 
 namespace mma_attn {
@@ -136,6 +137,10 @@ __device__ __forceinline__ float prepare_q(const float* __restrict__ q, int g, i
 #pragma unroll
     for (int i = 0; i < CPW; ++i) {
         if constexpr (KL::ROT) {
+            if constexpr (KL::SIGNS)  // tq: q' = wht(s ⊙ q)
+#pragma unroll
+                for (int k = 0; k < E; ++k)
+                    v[i][k] = __uint_as_float(__float_as_uint(v[i][k]) ^ tq_sign_bit(E * lane + k));
             wht_regs<HD>(v[i], lane);
 #pragma unroll
             for (int k = 0; k < E; ++k) v[i][k] *= 1.f / sqrtf(float(HD));  // as gpu.wht
@@ -225,6 +230,16 @@ __device__ __forceinline__ void scores(const KL& kl, const unsigned char* ktile,
                     s[n8][3] = fmaf(dk1[k], c[k][3], s[n8][3]);
                 }
             }
+        }
+    }
+    if constexpr (KL::ROW_SCALE) {  // tq: one gamma per token multiplies its whole score
+        const float g0 = __half2float(dkr[0]), g1 = __half2float(dkr[8 * KL::SC]);
+#pragma unroll
+        for (int n8 = 0; n8 < NT8; ++n8) {
+            s[n8][0] *= g0;
+            s[n8][1] *= g0;
+            s[n8][2] *= g1;
+            s[n8][3] *= g1;
         }
     }
 }
@@ -346,12 +361,13 @@ __device__ __forceinline__ void mask_and_max(float (&s)[NT8][4], int tw, const S
 
 // ---- online softmax: running max and l per column, O rescaled, P = p * 2^PS to shared memory --
 // Every thread combines the NW warp maxima of its columns (all warps hold the same running max),
-// alpha = 2^(m_old - m_new), p = 2^(s - m_new); bf16 V: P as bf16 hi and lo planes.
+// alpha = 2^(m_old - m_new), p = 2^(s - m_new); bf16 V: P as bf16 hi and lo planes; a tq V:
+// P times the token's gamma (dvr: the V scale row of the thread's token gid).
 template <class L, class VL, int NT8>
 __device__ __forceinline__ void online_softmax(const float (&s)[NT8][4], const float* sRed,
                                                float (&mrun)[NT8][2], float (&lpart)[NT8][2],
                                                float (&O)[2 * Cfg<NT8>::GPW][NT8][4], __half* sP,
-                                               int warp, int lane) {
+                                               const __half* dvr, int warp, int lane) {
     constexpr int NW = Cfg<NT8>::NW, GPW = Cfg<NT8>::GPW, BT = Cfg<NT8>::BT;
     const int gid = lane >> 2, tig = lane & 3;
     float alpha[NT8][2], pa[NT8][2], pb[NT8][2];
@@ -373,6 +389,10 @@ __device__ __forceinline__ void online_softmax(const float (&s)[NT8][4], const f
             mrun[n8][jj] = mn;
             pa[n8][jj] = p0 * float(1 << MMA_PS);  // exact: the P scale 2^PS
             pb[n8][jj] = p1 * float(1 << MMA_PS);
+            if constexpr (VL::ROW_SCALE) {  // tq: V's gamma of tokens gid, gid + 8 goes into P
+                pa[n8][jj] *= __half2float(dvr[0]);
+                pb[n8][jj] *= __half2float(dvr[8 * VL::SC]);
+            }
         }
     // rescale O only when some column's max moved (late in a split it rarely does: the
     // multiplies by 1 are skipped, warp-uniformly, and the result is the same bit for bit)

@@ -8,6 +8,7 @@
 //   bf16    bf16 [hd]                                          value  the bits
 //   turboN  codes [hd/16][2N bytes], half scales [hd/16]       value  (c - (2^N - 1)/2) * d
 //           code i of a group at bits [N*i, N*i + N) of the group's 2N little-endian bytes
+//   tqB     codes [hd*B/8], half gamma [1]                        value  C[c] * gamma (codebook C)
 //
 // K fragments (A = K rows, 16 tokens x 16 dims per k-step). Any permutation of the dims inside a
 // k-step gives the same dot product as long as q's B fragments use the same one: the int8 and
@@ -108,12 +109,13 @@ __device__ __forceinline__ void byte_k_frags(unsigned r0, unsigned r1, unsigned 
 // token scale; 0 = no scale).
 
 struct KQ8 {
-    static constexpr int ROWB = HD, SC = HD / 32, KPS = 2;
-    static constexpr bool PERM = true, BF16 = false, ROT = false;
+    static constexpr int ROWB = HD, SC = HD / 32, KPS = 2, TQB = 0;
+    static constexpr bool PERM = true, BF16 = false, ROT = false, SIGNS = false, ROW_SCALE = false;
     __host__ __device__ static constexpr float qf(int) { return 1.f; }
     using RL = RowLayout<ROWB>;
     int lrow, lch;
-    __device__ explicit KQ8(int lane) : lrow((lane & 7) + ((lane >> 3) & 1) * 8), lch(lane >> 4) {}
+    __device__ KQ8(int lane, const unsigned*)
+        : lrow((lane & 7) + ((lane >> 3) & 1) * 8), lch(lane >> 4) {}
     __device__ __forceinline__ void frags(const unsigned char*, unsigned tile, int gi,
                                           unsigned (&a)[2][4]) const {
         unsigned r0, r1, r2, r3;
@@ -124,12 +126,12 @@ struct KQ8 {
 };
 
 struct KBf16 {
-    static constexpr int ROWB = 2 * HD, SC = 0, KPS = 0;
-    static constexpr bool PERM = false, BF16 = true, ROT = false;
+    static constexpr int ROWB = 2 * HD, SC = 0, KPS = 0, TQB = 0;
+    static constexpr bool PERM = false, BF16 = true, ROT = false, SIGNS = false, ROW_SCALE = false;
     __host__ __device__ static constexpr float qf(int) { return 1.f; }
     using RL = RowLayout<ROWB>;
     int lrow, lch;
-    __device__ explicit KBf16(int lane)
+    __device__ KBf16(int lane, const unsigned*)
         : lrow((lane & 7) + ((lane >> 3) & 1) * 8), lch(lane >> 4) {}
     __device__ __forceinline__ void frags(const unsigned char*, unsigned tile, int gi,
                                           unsigned (&a)[2][4]) const {
@@ -150,8 +152,8 @@ struct KBf16 {
 template <int N>
 struct KTurbo {
     static_assert(N == 2 || N == 3 || N == 4 || N == 8, "turbo K: N in {2, 3, 4, 8}");
-    static constexpr int ROWB = HD * N / 8, SC = HD / 16, KPS = 1;
-    static constexpr bool PERM = true, BF16 = false, ROT = true;
+    static constexpr int ROWB = HD * N / 8, SC = HD / 16, KPS = 1, TQB = 0;
+    static constexpr bool PERM = true, BF16 = false, ROT = true, SIGNS = false, ROW_SCALE = false;
     using RL = RowLayout<ROWB, N == 8>;
     static constexpr double H = ((1 << N) - 1) / 2.0;  // the code offset
     // N = 4: (y << 1, y >> 7) & 0x01E0001E -> bits 1, 5; N = 2: (y << 1) & 0x00180006 -> 1, 3
@@ -170,7 +172,7 @@ struct KTurbo {
     unsigned sel;        // N = 4: PRMT of the thread's two bytes; N = 2: its byte, twice
     int woff[2], sh[2];  // N = 3: word and shift of the thread's 12 bits in group 2gi + k
     unsigned magic;
-    __device__ explicit KTurbo(int lane)
+    __device__ KTurbo(int lane, const unsigned*)
         : gid(lane >> 2),
           tig(lane & 3),
           lrow((lane & 7) + ((lane >> 3) & 1) * 8),
@@ -256,11 +258,11 @@ struct VScales {
 };
 
 struct VQ8 {
-    static constexpr int ROWB = HD, SC = HD / 32, NSG = 1;
-    static constexpr bool V_PAIR = true, BF16 = false;
+    static constexpr int ROWB = HD, SC = HD / 32, NSG = 1, TQB = 0;
+    static constexpr bool V_PAIR = true, BF16 = false, ROW_SCALE = false;
     using RL = RowLayout<ROWB>;
     int lrow, lch, gid;
-    __device__ explicit VQ8(int lane)
+    __device__ VQ8(int lane, const unsigned*)
         : lrow((lane & 7) + ((lane >> 3) & 1) * 8), lch(lane >> 4), gid(lane >> 2) {}
     static __device__ __forceinline__ int group(int u, int, int) { return u; }
     __device__ __forceinline__ int dim(int u, int j) const { return 32 * u + 16 * j + 2 * gid; }
@@ -284,13 +286,13 @@ struct VQ8 {
 };
 
 struct VBf16 {
-    static constexpr int ROWB = 2 * HD, SC = 0, NSG = 0;
-    static constexpr bool V_PAIR = false, BF16 = true;
+    static constexpr int ROWB = 2 * HD, SC = 0, NSG = 0, TQB = 0;
+    static constexpr bool V_PAIR = false, BF16 = true, ROW_SCALE = false;
     using RL = RowLayout<ROWB>;
     int vrow, vch, gid;
     // ldmatrix.trans matrices (tokens 0-7, dims +0) (tokens 0-7, dims +8) (tokens 8-15, +0)
     // (tokens 8-15, +8) are the A fragment's four registers as they are
-    __device__ explicit VBf16(int lane)
+    __device__ VBf16(int lane, const unsigned*)
         : vrow((lane & 7) + ((lane >> 4) & 1) * 8), vch((lane >> 3) & 1), gid(lane >> 2) {}
     static __device__ __forceinline__ int group(int, int, int) { return 0; }
     __device__ __forceinline__ int dim(int u, int j) const { return 32 * u + 16 * j + gid; }
@@ -314,15 +316,15 @@ struct VBf16 {
 template <int N>
 struct VTurbo {
     static_assert(N == 2 || N == 3 || N == 4 || N == 8, "turbo V: N in {2, 3, 4, 8}");
-    static constexpr int ROWB = HD * N / 8, SC = HD / 16, NSG = N == 8 ? 2 : 1;
-    static constexpr bool V_PAIR = true, BF16 = false;
+    static constexpr int ROWB = HD * N / 8, SC = HD / 16, NSG = N == 8 ? 2 : 1, TQB = 0;
+    static constexpr bool V_PAIR = true, BF16 = false, ROW_SCALE = false;
     using RL = RowLayout<ROWB, N == 8 || N == 4>;
     static constexpr unsigned MASK = (N == 2) ? 0x00030003u : (N == 3 ? 0x00070007u : 0x000F000Fu);
     int lrow, lch, gid, tig;
     unsigned sel;  // N = 2: the thread's byte of both tokens
     int woff, sh;  // N = 3: word and shift of the thread's 12 bits
     unsigned magic;
-    __device__ explicit VTurbo(int lane)
+    __device__ VTurbo(int lane, const unsigned*)
         : lrow((lane & 7) + ((lane >> 3) & 1) * 8),
           lch(lane >> 4),
           gid(lane >> 2),
@@ -350,6 +352,30 @@ struct VTurbo {
         const double off = 1024.0 + (1 << (N - 1));
         return h2(__hfma2(sub_magic(x, off, off), d, dh));
     }
+    // N = 2, 3, 4: y[p] = the thread's N * 4 bits of token pair p ((2tig, 2tig+1), (2tig+8,
+    // 2tig+9)) of unit u, the first token's in bits [0, 16), the second's in [16, 32)
+    __device__ __forceinline__ void token_codes(const unsigned char* step, unsigned su, int u,
+                                                unsigned (&y)[2]) const {
+        if constexpr (N == 4) {
+            ldsm_x2_t(su + lrow * RL::RS + (RL::chunk(lrow, u) << 4), y[0], y[1]);
+        } else {
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const int t0 = 2 * tig + 8 * p, t1 = t0 + 1;
+                if constexpr (N == 2) {
+                    const int b = 8 * u + 4 * (gid >> 2);
+                    y[p] =
+                        __byte_perm(lds32(step + RL::at(t0, b)), lds32(step + RL::at(t1, b)), sel);
+                } else {
+                    auto field = [&](int t) {
+                        const unsigned char* w = step + RL::at(t, 0) + 12 * u + woff;
+                        return __funnelshift_r(lds32(w), lds32(w + 4), sh) & 0xFFFu;
+                    };
+                    y[p] = __byte_perm(field(t0), field(t1), 0x5410);
+                }
+            }
+        }
+    }
     __device__ __forceinline__ void frags(const unsigned char* step, unsigned su, int u,
                                           const VScales& ds, unsigned (&a)[2][4]) const {
         if constexpr (N == 8) {
@@ -371,26 +397,8 @@ struct VTurbo {
             a[1][2] = op(r3, 0x0604, 1, true);
             a[1][3] = op(r3, 0x0705, 1, true);
         } else {
-            unsigned y[2];  // token pairs (2tig, 2tig+1), (2tig+8, 2tig+9): their codes
-            if constexpr (N == 4) {
-                ldsm_x2_t(su + lrow * RL::RS + (RL::chunk(lrow, u) << 4), y[0], y[1]);
-            } else {
-#pragma unroll
-                for (int p = 0; p < 2; ++p) {
-                    const int t0 = 2 * tig + 8 * p, t1 = t0 + 1;
-                    if constexpr (N == 2) {
-                        const int b = 8 * u + 4 * (gid >> 2);
-                        y[p] = __byte_perm(lds32(step + RL::at(t0, b)), lds32(step + RL::at(t1, b)),
-                                           sel);
-                    } else {
-                        auto field = [&](int t) {
-                            const unsigned char* w = step + RL::at(t, 0) + 12 * u + woff;
-                            return __funnelshift_r(lds32(w), lds32(w + 4), sh) & 0xFFFu;
-                        };
-                        y[p] = __byte_perm(field(t0), field(t1), 0x5410);
-                    }
-                }
-            }
+            unsigned y[2];
+            token_codes(step, su, u, y);
             const __half2 d01 = as_h2(ds.d01[0]), d89 = as_h2(ds.d89[0]);
 #pragma unroll
             for (int p = 0; p < 2; ++p) {
@@ -402,6 +410,88 @@ struct VTurbo {
                 a[1][2 * p + 1] = v_op(y[p], 3, d, dh);
             }
         }
+    }
+};
+
+// ---- tq-b (tq4, tq3, tq2): codebook values by a pair table --------------------------------------
+// A tq code is an index into the B-bit Lloyd-Max codebook C (golden/tq.py), one float16 scale
+// gamma per token and side. Two codes (a, b) of 2B bits index a table of half2 (C[a], C[b]) in
+// shared memory: 2^(2B) entries (tq4 256, tq3 64, tq2 16), each replicated in the 32 banks (entry
+// e at word 32 e + lane), so the random indices of a warp never collide. C is rounded to fp16
+// (relative error <= 2^-11 per value, the same for every use of a code). gamma multiplies the
+// fp32 score of a token (K) and its P (V: P' = fp16(p 2^PS gamma)); the codes of a token are
+// read as turbo's of the same width (K: the thread's four codes of a k-step, PERM; V: the
+// thread's four dims of a unit for two tokens, VTurbo<B>::token_codes).
+template <int B>
+struct KTq {
+    static_assert(B == 2 || B == 3 || B == 4, "tq K: B in {2, 3, 4}");
+    static constexpr int ROWB = HD * B / 8, SC = 1, KPS = 0, TQB = B;
+    static constexpr bool PERM = true, BF16 = false, ROT = true, SIGNS = true, ROW_SCALE = true;
+    __host__ __device__ static constexpr float qf(int) { return 1.f; }
+    using RL = RowLayout<ROWB, false>;
+    static constexpr unsigned M2 = (1u << (2 * B)) - 1;  // a pair of codes
+    int gid, tig;
+    int woff[2], sh[2];   // B = 3: word and shift of the thread's 12 bits in group 2gi + k
+    const unsigned* tab;  // this lane's copy of the pair table
+    __device__ KTq(int lane, const unsigned* table)
+        : gid(lane >> 2), tig(lane & 3), tab(table + lane) {
+        if constexpr (B == 3) {
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+                const int p = 48 * k + 12 * tig;
+                woff[k] = 4 * (p >> 5);
+                sh[k] = p & 31;
+            }
+        }
+    }
+    __device__ __forceinline__ void frags(const unsigned char* tile, unsigned, int gi,
+                                          unsigned (&a)[2][4]) const {
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {  // tokens gid, gid + 8
+                const int t = gid + 8 * r;
+                unsigned
+                    x;  // the thread's codes of dims 4tig..4tig+3 of k-step 2gi + k, from bit 0
+                if constexpr (B == 4) {
+                    x = lds32(tile + RL::at(t, 16 * gi + 8 * k + 4 * (tig >> 1))) >>
+                        (16 * (tig & 1));
+                } else if constexpr (B == 2) {
+                    x = lds32(tile + RL::at(t, 8 * gi + 4 * k)) >> (8 * tig);
+                } else {
+                    const unsigned char* row = tile + RL::at(t, 0) + 12 * gi + woff[k];
+                    x = __funnelshift_r(lds32(row), lds32(row + 4), sh[k]);
+                }
+                a[k][r] = tab[32 * (x & M2)];                   // dims 4tig, 4tig+1
+                a[k][2 + r] = tab[32 * ((x >> (2 * B)) & M2)];  // dims 4tig+2, 4tig+3
+            }
+    }
+};
+
+template <int B>
+struct VTq {
+    static_assert(B == 2 || B == 3 || B == 4, "tq V: B in {2, 3, 4}");
+    static constexpr int ROWB = HD * B / 8, SC = 1, NSG = 0, TQB = B;
+    static constexpr bool V_PAIR = true, BF16 = false, ROW_SCALE = true;
+    using RL = typename VTurbo<B>::RL;
+    static constexpr unsigned M = (1u << B) - 1;
+    VTurbo<B> codes;      // the token pairs' codes, as turbo's
+    const unsigned* tab;  // this lane's copy of the pair table
+    __device__ VTq(int lane, const unsigned* table) : codes(lane, table), tab(table + lane) {}
+    static __device__ __forceinline__ int group(int, int, int) { return 0; }
+    __device__ __forceinline__ int dim(int u, int j) const { return codes.dim(u, j); }
+    __device__ __forceinline__ void frags(const unsigned char* step, unsigned su, int u,
+                                          const VScales&, unsigned (&a)[2][4]) const {
+        unsigned y[2];
+        codes.token_codes(step, su, u, y);
+#pragma unroll
+        for (int p = 0; p < 2; ++p)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {  // dim 4gid + i: m-tile i / 2, row gid (+ 8 if odd)
+                const unsigned z = y[p] >> (B * i);
+                const unsigned idx = (z & M) | ((z >> (16 - B)) & (M << B));  // (t0, t1) codes
+                a[i >> 1][2 * p + (i & 1)] = tab[32 * idx];
+            }
     }
 };
 

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include "kvcache_rows.cuh"
+#include "tq_signs.cuh"
 #include "wht_regs.cuh"
 
 // =============================== tq-b: rotation, whole-row scale, Lloyd–Max codes ============
@@ -24,16 +25,6 @@
 // Codes: code i at bits [B i, B i + B) of the row's N B / 8 bytes; a lane's E codes are B E
 // consecutive bits, stored by the lane itself when they are whole bytes, else (B = 3, E = 4:
 // 12 bits; B = 1: 4) lane pairs combine theirs by one shuffle and the even lane stores them.
-
-// s_i = -1 iff fmix32(i) is odd (qwenref/layout.py tq_signs)
-__device__ __forceinline__ unsigned tq_sign_bit(unsigned i) {
-    i ^= i >> 16;
-    i *= 0x85EBCA6Bu;
-    i ^= i >> 13;
-    i *= 0xC2B2AE35u;
-    i ^= i >> 16;
-    return (i & 1u) << 31;
-}
 
 template <int L>
 __device__ __forceinline__ double row_sum(double x) {

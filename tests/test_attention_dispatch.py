@@ -541,3 +541,31 @@ def test_gpu_free_functions_refuse_bad_input(call, exc, name):
     """Each names the argument first in its message (docs/bad-input.md)."""
     with pytest.raises(exc, match=rf"^{name}(?!\w)"):
         call()
+
+
+# ---- tq: the mma rung alone -------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["tq4", "tq3", "tq2"])
+def test_tq_decodes_on_the_mma_rung_only(kind):
+    """A tq cache plans the tq mma kernels (its codebook loader) with mma's tolerance; v0,
+    split and v1 have no tq kernels and are refused by name, as are the shapes mma does not take
+    (there is no rung to fall back to)."""
+    p = A.plan_rung(cache(6, kind), 1)
+    assert (p.rung, p.kernel, p.tol) == ("mma", f"attn_partials_{kind}_mma_n1", A.TOL_ATTN_MMA)
+    assert f"-DMMA_KIND_{kind}" in p.options
+    assert A.plan_rung(cache(6, kind), 4).kernel == f"attn_partials_{kind}_mma_n3"
+    assert A.plan_rung(cache(6, kind), 1, selective=True).kernel.endswith("_mma_sel_n1")
+    for impl in ("v0", "split", "v1"):
+        with pytest.raises(ValueError, match=f"impl='{impl}' does not apply: .*mma rung only"):
+            A.plan_rung(cache(6, kind), 1, impl=impl)
+    with pytest.raises(ValueError, match="mma rung only, which does not apply here: head_dim 64"):
+        A.plan_rung(cache(6, kind, hd=64), 1)
+    with pytest.raises(ValueError, match="sparse_v > 0 uses v1"):
+        A.plan_rung(cache(6, kind), 1, sparse_v=1e-3)
+
+
+def test_tq_smem_holds_the_pair_table():
+    """tq4's layout (hd 256, NT8 1): K rows of 128 B padded to 144, V rows of 128 B swizzled
+    (ldmatrix), one gamma a token per side, q, P and the reductions as for turbo4, then the
+    codebook's pair table (256 entries x 32 banks x 4 B), 16-byte aligned."""
+    base = 18432 + 16384 + 2 * 64 * 2 * 2 + 8192 + 1024 + 304
+    assert A.mma_smem_bytes(256, 1, kind="tq4") == -(-base // 16) * 16 + 256 * 128

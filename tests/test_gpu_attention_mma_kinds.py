@@ -1,6 +1,7 @@
 """Tensor-core decode partials of every cache kind (attn_partials_<kind>_mma_* in
 kernels_cuda/attention_mma.cu, built from the tile loaders of kv_tile.cuh) against the golden
-model: bf16, turbo8/4/3/2, bf16 K with turbo V, and q8 through the same body.
+model: bf16, turbo8/4/3/2, bf16 K with turbo V, tq4/3/2 (their only rung), and q8 through the
+same body.
 
 The cache is built by golden.KVCache.append and copied as stored into a gpu.KVCache, so both
 sides read identical bytes. References: golden.attn_partials per row over the row's visible
@@ -9,7 +10,10 @@ attn_combine of those (out), inverse-rotated where V is.
 
 Tolerance, per kind, from what the kernel rounds (u16 = 2^-11 fp16, ub = 2^-8 bf16):
   * K operands are exact (int8, bf16, and turbo codes as the half-integers c - (2^N - 1)/2 in
-    fp16); the scale multiplies an fp32 sum. q goes in as hi + lo: fp16 pairs carry ~22 bits
+    fp16), but tq's: its codebook values rounded to fp16, each off by <= u16 relative, so a
+    score moves by at most u16 * sum_i |q_i k_i| (U_Q = u16, the same form as bf16 K's q split
+    below); the scale multiplies an fp32 sum. tq's gamma scales P (P' = fp16(p 2^PS gamma)).
+    q goes in as hi + lo: fp16 pairs carry ~22 bits
     (a float32-level error, inside REL as for q8), bf16 pairs (bf16 K) |q - hi - lo| <= ub^2 |q|,
     so a score moves by at most U_Q * sum_i |q_i k_i| * hd^-0.5 * log2(e) =: U_Q * sb, with
     U_Q = ub^2. That moves m by <= U_Q sb and each weight 2^(s - m) by a relative <= 2 ln2 U_Q sb
@@ -41,7 +45,12 @@ LN2 = np.log(2.0)
 KINDS = [k for k in golden.CACHE_KINDS if side_kinds(k) in gpu_attention.MMA_KINDS]
 
 
+KINDS_V1 = [k for k in KINDS if side_kinds(k) not in gpu_attention.MMA_ONLY_PAIRS]
+
+
 def u_q(kind):
+    if side_kinds(kind)[0].startswith("tq"):
+        return U16  # tq K: the codebook rounded to fp16 once, the same value for every use
     return UB * UB if side_kinds(kind)[0] == "bf16" else 0.0
 
 
@@ -60,13 +69,13 @@ class Ref:
         self.kind, self.hd, self.v_rot = kind, hd, gc.v_rotated
         acc = {n: [] for n in ("m", "l", "o", "oa", "out", "outa", "sb")}
         for b, idx in enumerate(lists):
-            qb = golden.wht(q[b]) if gc.k_rotated else q[b]
+            qb = golden.wht_signed(q[b], gc.k_signs) if gc.k_rotated else q[b]
             m, l, o = golden.attn_partials(qb, K[:, idx], V[:, idx], S)
             _, _, oa = golden.attn_partials(qb, K[:, idx], np.abs(V[:, idx]), S)
             y, _ = golden.attn_combine(m, l, o)
             ya, _ = golden.attn_combine(m, l, oa)
             if gc.v_rotated:
-                y = golden.wht(y, inverse=True)
+                y = golden.wht_signed(y, gc.v_signs, inverse=True)
             qa = np.abs(qb.astype(np.float64)).reshape(gc.cfg.nkv, n_rep, hd)
             ka = np.abs(K[:, idx].astype(np.float64))
             sb = np.einsum("grd,gtd->grt", qa, ka).max(-1).reshape(-1)
@@ -147,7 +156,7 @@ def test_mma_selective_row(cp, gpu, rng, kind, hd, n_rep):
     ref.check(cp, m, l, o, out)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS_V1)
 def test_mma_matches_v1_at_the_27b_shape(cp, gpu, rng, kind):
     """4 kv heads, n_rep 6, hd 256, 4 rows: the tensor-core and CUDA-core rungs agree within
     the mma bound, and both with golden."""

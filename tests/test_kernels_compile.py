@@ -339,6 +339,9 @@ int main() {
     row<KBf16, VTurbo<4>>("bf16k-turbo4v");
     row<KBf16, VTurbo<3>>("bf16k-turbo3v");
     row<KBf16, VTurbo<2>>("bf16k-turbo2v");
+    row<KTq<4>, VTq<4>>("tq4");
+    row<KTq<3>, VTq<3>>("tq3");
+    row<KTq<2>, VTq<2>>("tq2");
 }
 """
 
@@ -363,7 +366,7 @@ def test_mma_smem_mirror_matches_the_header(hd, tmp_path):
     )
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     rows = [line.split() for line in out.splitlines()]
-    assert len(rows) == 9
+    assert len(rows) == 12
     for kind, *sizes in rows:
         mirror = [A.mma_smem_bytes(hd, n, kind=kind) for n in (1, 2, 3, 4)]
         assert mirror == [int(x) for x in sizes], kind

@@ -348,14 +348,15 @@ def test_tq_caches_refuse_bad_appends_unchanged(rng):
             golden.KVCache(cfg, 8, kind=bad)
 
 
-def test_gpu_decode_plan_refuses_tq_kinds():
-    """The GPU cache stores the tq kinds (its appends); no GPU decode reads them yet, and the
-    plan says so by name before anything runs (no GPU is needed to plan)."""
+def test_gpu_decode_plan_of_tq_kinds():
+    """The GPU decode of a tq cache runs on the mma rung alone; the tiny config's head_dim 64 is
+    not one of mma's, and the plan says so by name before anything runs (no GPU is needed to
+    plan). tests/test_attention_dispatch.py plans the shapes mma takes."""
     from qwenref.gpu.attention import plan
 
     for kind in layout.TQ_KINDS:
         cache = qwenref.golden.KVCache(qwenref.AttnConfig.tiny(), 8, kind=kind)
-        with pytest.raises(ValueError, match=rf"^cache kinds \(k '{kind}', v '{kind}'\) have no"):
+        with pytest.raises(ValueError, match=rf"^cache kinds \({kind}, {kind}\) decode on the mma"):
             plan(cache, 1, gpu=False)
 
 

@@ -23,6 +23,7 @@ _EXPORTS = {
     "turbo_quantize": "kvcache",
     "turbo_dequantize": "kvcache",
     "bf16_bits": "kvcache",
+    "tq_codebook": "kvcache",
     "KVCache": "kvcache",
     "attn_partials": "attention",
     "attn_combine": "attention",

@@ -52,7 +52,7 @@ import numpy as np
 
 from .._args import int_arg as _int_arg
 from .._args import sparse_arg as _sparse_arg
-from ..layout import side_arrays
+from ..layout import side_arrays, tq_bits
 from ._runtime import check_array, cupy, kernel, out_array
 from .attention_plan import (
     COMBINE_KERNEL,
@@ -66,6 +66,7 @@ from .attention_plan import (
     MMA_HEAD_DIMS,
     MMA_KINDS,
     MMA_MAX_COLS,
+    MMA_ONLY_PAIRS,
     RUNGS,
     TOL_ATTN,
     TOL_ATTN_MMA,
@@ -90,6 +91,7 @@ from .attention_splits import (
     device_limits,
     mma_n_splits,
 )
+from .kvcache import tq_codebook_device
 
 # the calls, then the plan's public names (attention_plan, attention_splits), so one import
 # serves callers of all three
@@ -176,10 +178,10 @@ def _check_cache(cache):
                 f"got {type(cache).__name__}"
             )
     pair = (cache.k_kind, cache.v_kind)
-    if pair not in KIND_PAIRS:
+    if pair not in KIND_PAIRS and pair not in MMA_ONLY_PAIRS:
         raise ValueError(
             f"cache kinds (k {pair[0]!r}, v {pair[1]!r}) have no kernel; "
-            f"supported: {sorted(KIND_PAIRS)}"
+            f"supported: {sorted(KIND_PAIRS) + sorted(MMA_ONLY_PAIRS)}"
         )
     cfg = cache.cfg
     if cfg.head_dim not in HEAD_DIMS:
@@ -242,6 +244,7 @@ class _Call(NamedTuple):
     sel_n: object
     n_splits: int | None  # the caller's (n_splits or the partials' m), before the plan's
     plan: AttentionPlan
+    tq_bits: int  # a tq cache's code width (its codebook goes to the mma kernel), else 0
 
 
 def _check_call(
@@ -267,7 +270,7 @@ def _check_call(
     kw.update(n_splits=n_splits, options=options)
     p = plan(cache, nb, impl=impl, **kw) if given is None else fit_plan(given, cache, nb, **kw)
     args = (q, kd, ks, vd, vs, max_t, nb, base_pos, width, sparse_v, sel_idx, sel_n, n_splits)
-    return _Call(*args, p)
+    return _Call(*args, p, tq_bits(cache.k_kind) if cache.k_kind.startswith("tq") else 0)
 
 
 def _partials_out(names, bufs, nb, S, nh, hd):
@@ -290,7 +293,8 @@ def _launch_partials(c, cfg, m, l, o):
         q = c.q if c.q.data.ptr % 16 == 0 else c.q.copy()
         rows = (np.int32(c.max_t), np.int32(c.base_pos), np.int32(c.nb))
         sel = (_ptr(c.sel_idx), _ptr(c.sel_n), np.int32(c.width))
-        args = (q, c.kd, _ptr(c.ks), c.vd, _ptr(c.vs), *rows, *sel, qscale, m, l, o)
+        codebook = _ptr(tq_codebook_device(c.tq_bits) if c.tq_bits else None)
+        args = (q, c.kd, _ptr(c.ks), c.vd, _ptr(c.vs), *rows, *sel, codebook, qscale, m, l, o)
         kern((cfg.nkv, S), (p.threads,), args, shared_mem=p.smem)
         return
     kv = (c.kd, _ptr(c.ks), c.vd, _ptr(c.vs))
@@ -310,6 +314,14 @@ def _launch_v0(c, cfg, gate, out):
     plan_kernel(c.plan)((c.nb, cfg.nh), (c.plan.threads,), args)
 
 
+def _inverse_mode(cache):
+    """attn_combine's inverse_wht for a cache's V: 0 unrotated, 1 the WHT, 2 a tq V (the WHT,
+    then the signs of layout.tq_signs)."""
+    if cache.v_kind.startswith("tq"):
+        return 2
+    return int(bool(cache.v_rotated))
+
+
 def _launch_combine(m, l, o, inverse_wht, gate, out, lse_out):
     nb, S, nh, hd = o.shape
     # dims per CTA: the whole row for the inverse WHT, else chunks of 64 (32) over more SMs
@@ -325,7 +337,7 @@ def _launch_combine(m, l, o, inverse_wht, gate, out, lse_out):
             np.int32(hd),
             np.int32(dc),
             _ptr(gate),
-            np.int32(bool(inverse_wht)),
+            np.int32(int(inverse_wht)),
             out,
             _ptr(lse_out),
         ),
@@ -480,5 +492,5 @@ def decode_attention(
         return out
     m, l, o = _partials_out(names, bufs, nb, S, nh, hd)
     _launch_partials(c, cfg, m, l, o)
-    _launch_combine(m, l, o, bool(cache.v_rotated), gate, out, None)
+    _launch_combine(m, l, o, _inverse_mode(cache), gate, out, None)
     return out

@@ -12,9 +12,10 @@ Rungs (RUNGS["attention"], impl=): "v0" (kernels_cuda/attention_v0.cu, one warp 
 head), one pass, no partials), "split" (attention_split.cu: v0's loop cut into split-T partials,
 one warp per (row, kv head, split), n_rep * head_dim / 32 <= 64), "v1" (attention_v1.cu: float32
 split-T partials on CUDA cores with prefetched tiles, a reduce-scatter and a warp merge,
-every cache kind pair) and "mma" (attention_mma.cu: partials on tensor cores for every kind but
-f32, one module per kind: MMA_KINDS). impl=None takes "mma" where it applies to a pair of
-MMA_BY_DEFAULT and "v1" otherwise, and says why in p.why; "v0" and "split" run when asked.
+every cache kind pair but tq) and "mma" (attention_mma.cu: partials on tensor cores for every
+kind but f32, one module per kind: MMA_KINDS; the only rung of the tq kinds, MMA_ONLY_PAIRS).
+impl=None takes "mma" where it applies to a pair of MMA_BY_DEFAULT and "v1" otherwise, and says
+why in p.why (a tq pair where mma does not apply is refused); "v0" and "split" run when asked.
 
 Shared memory. The mma kernels keep K/V stages, scales, q and P in one dynamic shared-memory
 layout (mma_smem_bytes: 34 KB for turbo2 at hd 128 to 160 KB for bf16 at hd 256). A block may
@@ -36,7 +37,7 @@ from typing import NamedTuple
 from .._args import bool_arg as _bool_arg
 from .._args import int_arg as _int_arg
 from .._args import sparse_arg as _sparse_arg
-from ..layout import side_kinds, turbo_bits
+from ..layout import side_kinds, tq_bits, turbo_bits
 from ._runtime import kernel
 from .attention_splits import (
     MAX_SPLITS,
@@ -74,10 +75,15 @@ MMA_HEAD_DIMS = (128, 256)  # attn_partials_<kind>_mma_n<NT8>: no sparse V, dens
 MMA_MAX_COLS = 32  # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
 # (k side, v side) -> the mma kernels' <kind> (attention_mma.cu's ATTN_PARTIALS_MMA_KIND list):
 # a symmetric pair by its side kind, bf16 K with turbo V as in KIND_PAIRS; f32 has none
+# tq-b caches decode on the mma rung alone (kv_tile.cuh's codebook loaders): no v0, split or v1
+MMA_ONLY_PAIRS = {("tq4", "tq4"): "tq4", ("tq3", "tq3"): "tq3", ("tq2", "tq2"): "tq2"}
 MMA_KINDS = {
-    pair: (pair[0] if pair[0] == pair[1] else sfx)
-    for pair, sfx in KIND_PAIRS.items()
-    if pair != ("f32", "f32")
+    **{
+        pair: (pair[0] if pair[0] == pair[1] else sfx)
+        for pair, sfx in KIND_PAIRS.items()
+        if pair != ("f32", "f32")
+    },
+    **MMA_ONLY_PAIRS,
 }
 # The pairs whose mma partials impl=None takes: every pair of MMA_KINDS, measured on an H100 at
 # 128k tokens, 1 row, 1.8x (bf16) to 5.6x (turbo2) faster than its v1 partials; bf16 K with
@@ -190,12 +196,16 @@ def _side_tile(side, hd, role):
     """(row stride in shared memory, scales per token) of one side's tile, role "k" or "v":
     mirrors the loaders of kernels_cuda/kv_tile.cuh (RowLayout: 16-byte chunks; a side read by
     ldmatrix with a multiple of 8 of them swizzled in place, else padded to an odd count; the
-    narrow turbo sides read words, except turbo4's V)."""
-    rowb = {"q8": hd, "bf16": 2 * hd}.get(side) or hd * turbo_bits(side) // 8
+    narrow turbo and tq sides read words, except the V of turbo4 and tq4)."""
+    if side.startswith("tq"):  # codes as turbo's of the same width, one gamma per token
+        rowb, scales = hd * tq_bits(side) // 8, 1
+    else:
+        rowb = {"q8": hd, "bf16": 2 * hd}.get(side) or hd * turbo_bits(side) // 8
+        scales = {"q8": hd // 32, "bf16": 0}.get(side, hd // 16)
     nch = rowb // 16
-    ldsm = side in ("q8", "bf16", "turbo8") or (side == "turbo4" and role == "v")
+    ldsm = side in ("q8", "bf16", "turbo8") or (side in ("turbo4", "tq4") and role == "v")
     rs = 16 * (nch if ldsm and nch % 8 == 0 else nch | 1)
-    return rs, {"q8": hd // 32, "bf16": 0}.get(side, hd // 16)
+    return rs, scales
 
 
 def _mma_pair(kind):
@@ -224,7 +234,7 @@ def mma_smem_bytes(hd, nt8, options=(), kind="q8"):
     bt, nch, ncol = 16 * nw, hd // 16, 8 * nt8
     pst = 8 * (nt8 if nt8 % 2 else nt8 + 1)
     planes = 2 if v_side == "bf16" else 1
-    return (
+    nbytes = (
         nst * bt * (krs + vrs)  # K and V stages
         + nst * bt * (ksc + vsc) * 2  # d_k and d_v stages (fp16)
         + nch * nt8 * 32 * 16  # q fragments (hi + lo)
@@ -233,6 +243,9 @@ def mma_smem_bytes(hd, nt8, options=(), kind="q8"):
         + ncol * 4  # running max
         + nw * 4  # q maxima
     )
+    if k_side.startswith("tq"):  # the codebook's pair table: 2^(2b) entries x 32 banks x 4 B
+        nbytes = -(-nbytes // 16) * 16 + (1 << 2 * tq_bits(k_side)) * 128
+    return nbytes
 
 
 def mma_options(kind):
@@ -295,7 +308,20 @@ def _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, ma
 
 def _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem):
     """(rung, why): impl when given (ValueError where mma does not apply), else "mma" where it
-    applies, else "v1" and the first reason it does not."""
+    applies, else "v1" and the first reason it does not; a tq pair: "mma" or ValueError."""
+    if (k_kind, v_kind) in MMA_ONLY_PAIRS:
+        if impl in ("v0", "split", "v1"):
+            raise ValueError(
+                f"impl={impl!r} does not apply: cache kinds ({k_kind}, {v_kind}) decode on the "
+                f"mma rung only"
+            )
+        why = _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, max_smem)
+        if why is not None:
+            raise ValueError(
+                f"cache kinds ({k_kind}, {v_kind}) decode on the mma rung only, which does not "
+                f"apply here: {why}"
+            )
+        return "mma", None
     if impl == "split" and n_rep * hd // 32 > SPLIT_MAX_REGS:
         raise ValueError(
             f"impl='split' does not apply: n_rep * head_dim / 32 = {n_rep * hd // 32} > "
@@ -324,11 +350,11 @@ def _plan_shape(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, option
     options = options_arg(options)
     if max_smem is not None:
         max_smem = _int_arg("max_smem", max_smem, 0)
-    pair = KIND_PAIRS.get((k_kind, v_kind))
+    pair = KIND_PAIRS.get((k_kind, v_kind)) or MMA_ONLY_PAIRS.get((k_kind, v_kind))
     if pair is None:
         raise ValueError(
             f"cache kinds (k {k_kind!r}, v {v_kind!r}) have no kernel; "
-            f"supported: {sorted(KIND_PAIRS)}"
+            f"supported: {sorted(KIND_PAIRS) + sorted(MMA_ONLY_PAIRS)}"
         )
     rung, why = _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem)
     kind = _kind_of(k_kind, v_kind)

@@ -31,6 +31,7 @@ __all__ = [
     "q8_dequantize",
     "turbo_quantize",
     "turbo_dequantize",
+    "tq_codebook",
     "tq_quantize",
     "tq_dequantize",
     "bf16_bits",
@@ -171,13 +172,19 @@ _TQ_MAX_N = 1024  # the row of kv_append_tq_n<n> is held in one warp's registers
 _TQ_TABLES = {}  # (device id, bits) -> the codebook on that device
 
 
-def _tq_codebook(bits):
-    """golden.tq_codebook(bits) on the current device, made once per (device, bits)."""
+def tq_codebook_device(bits):
+    """golden.tq_codebook(bits) on the current device, made once per (device, bits): the array
+    the tq kernels (append, dequantize, the mma decode) take; callers must not write to it."""
     cp = cupy()
     key = (cp.cuda.Device().id, bits)
     if key not in _TQ_TABLES:
         _TQ_TABLES[key] = cp.asarray(golden_tq_codebook(bits))
     return _TQ_TABLES[key]
+
+
+def tq_codebook(bits):
+    """golden.tq_codebook(bits) (float32 [2^bits], ascending) as a cupy array of one's own."""
+    return tq_codebook_device(bits).copy()
 
 
 def _tq_width(name, n):
@@ -208,7 +215,7 @@ def _launch_tq(
             x1,
             c1,
             g1,
-            _tq_codebook(bits),
+            tq_codebook_device(bits),
             np.int32(rows_nb),
             np.int32(nkv),
             np.int32(max_t),
@@ -256,7 +263,15 @@ def tq_dequantize(codes, gamma, bits, out=None):
         kernel("kvcache_tq", "tq_dequantize_f32")(
             _grid(rows, _THREADS),
             (_THREADS,),
-            (codes, gamma, _tq_codebook(bits), out, np.int64(rows), np.int32(n), np.int32(bits)),
+            (
+                codes,
+                gamma,
+                tq_codebook_device(bits),
+                out,
+                np.int64(rows),
+                np.int32(n),
+                np.int32(bits),
+            ),
         )
     return out
 
@@ -365,7 +380,7 @@ def _side_append_v0(side, store, x, t0, max_t):
                 x,
                 store["codes"],
                 store["gamma"],
-                _tq_codebook(tq_bits(side)),
+                tq_codebook_device(tq_bits(side)),
                 *dims,
                 np.int32(tq_bits(side)),
             ),
