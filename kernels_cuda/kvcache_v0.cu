@@ -31,6 +31,8 @@
 
 #include <cuda_fp16.h>
 
+#include "tq_signs.cuh"
+
 #define V0_MAX_HD 256
 
 // src row r = b * nkv + h  ->  cache row h * max_t + t0 + b
@@ -117,15 +119,6 @@ extern "C" __global__ void turbo_append_v0(const float* __restrict__ src, unsign
 // u_i = how many codebook midpoints (C_j + C_{j+1}) / 2 (exact in float64) lie strictly below u_i,
 // gamma = half(sum y_i C[c_i] / sum C[c_i]^2) (float64 sums in index order), ss = 0: gamma 0 and
 // codes 2^(bits-1). codebook = golden's tq_codebook(bits), float32 [2^bits].
-__device__ unsigned v0_tq_sign(unsigned i) {
-    i ^= i >> 16;
-    i *= 0x85EBCA6Bu;
-    i ^= i >> 13;
-    i *= 0xC2B2AE35u;
-    i ^= i >> 16;
-    return (i & 1u) << 31;
-}
-
 extern "C" __global__ void tq_append_v0(const float* __restrict__ src, unsigned char* codes,
                                         __half* gamma, const float* __restrict__ codebook, int nb,
                                         int nkv, int hd, int max_t, int t0, int bits) {
@@ -137,7 +130,7 @@ extern "C" __global__ void tq_append_v0(const float* __restrict__ src, unsigned 
          r += (long long)gridDim.x * blockDim.x) {
         float v[V0_MAX_HD];
         for (int i = 0; i < hd; ++i)
-            v[i] = __uint_as_float(__float_as_uint(src[r * hd + i]) ^ v0_tq_sign(i));
+            v[i] = __uint_as_float(__float_as_uint(src[r * hd + i]) ^ tq_sign_bit(i));
         for (int h = 1; h < hd; h <<= 1) {  // same passes as wht_regs.cuh
             for (int i = 0; i < hd; ++i) {
                 if ((i & h) == 0) {
