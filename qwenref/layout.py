@@ -9,8 +9,9 @@ Cache kinds (CACHE_KINDS). A cache has two sides, K and V; side_kinds(kind) name
   "f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2"   both sides in that format
   "bf16k-turbo4v", "bf16k-turbo3v", "bf16k-turbo2v"            K in bf16, V in turbo4/3/2
   "tq4", "tq3", "tq2"                                          both sides in tq-b (b = 4, 3, 2)
-GPU_CACHE_KINDS are the kinds with GPU attention kernels: every kind but the tq kinds
-(TQ_KINDS), which the GPU cache stores (its appends) but no GPU decode reads yet.
+GPU_CACHE_KINDS are the kinds the GPU attention plan decodes by itself: every kind but the tq
+kinds (TQ_KINDS), which the GPU cache stores (its appends) and decodes on the tensor-core rung
+only when asked (impl="mma"), until that decode is measured on a GPU.
 
 A turbo or tq side is stored in a rotated domain (the rotation spreads outlier dims over the
 row before the quantizer sees it): turbo stores the WHT of the row, y = wht(x); tq first flips

@@ -546,21 +546,26 @@ def test_gpu_free_functions_refuse_bad_input(call, exc, name):
 # ---- tq: the mma rung alone -------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["tq4", "tq3", "tq2"])
 def test_tq_decodes_on_the_mma_rung_only(kind):
-    """A tq cache plans the tq mma kernels (its codebook loader) with mma's tolerance; v0,
-    split and v1 have no tq kernels and are refused by name, as are the shapes mma does not take
-    (there is no rung to fall back to)."""
-    p = A.plan_rung(cache(6, kind), 1)
+    """A tq cache plans the tq mma kernels (its codebook loader) with mma's tolerance when
+    asked (impl="mma": not in MMA_BY_DEFAULT until measured on a GPU, and without it refused by
+    name); v0, split and v1 have no tq kernels and are refused by name, as are the shapes mma
+    does not take (there is no rung to fall back to)."""
+    assert ("tq4", "tq4") in A.MMA_KINDS and ("tq4", "tq4") not in A.MMA_BY_DEFAULT
+    with pytest.raises(ValueError, match=r"runs only when asked \(impl='mma'\)"):
+        A.plan_rung(cache(6, kind), 1)
+    p = A.plan_rung(cache(6, kind), 1, impl="mma")
     assert (p.rung, p.kernel, p.tol) == ("mma", f"attn_partials_{kind}_mma_n1", A.TOL_ATTN_MMA)
     assert f"-DMMA_KIND_{kind}" in p.options
-    assert A.plan_rung(cache(6, kind), 4).kernel == f"attn_partials_{kind}_mma_n3"
-    assert A.plan_rung(cache(6, kind), 1, selective=True).kernel.endswith("_mma_sel_n1")
+    assert A.plan_rung(cache(6, kind), 4, impl="mma").kernel == f"attn_partials_{kind}_mma_n3"
+    sel = A.plan_rung(cache(6, kind), 1, selective=True, impl="mma")
+    assert sel.kernel.endswith("_mma_sel_n1")
     for impl in ("v0", "split", "v1"):
         with pytest.raises(ValueError, match=f"impl='{impl}' does not apply: .*mma rung only"):
             A.plan_rung(cache(6, kind), 1, impl=impl)
     with pytest.raises(ValueError, match="mma rung only, which does not apply here: head_dim 64"):
-        A.plan_rung(cache(6, kind, hd=64), 1)
+        A.plan_rung(cache(6, kind, hd=64), 1, impl="mma")
     with pytest.raises(ValueError, match="sparse_v > 0 uses v1"):
-        A.plan_rung(cache(6, kind), 1, sparse_v=1e-3)
+        A.plan_rung(cache(6, kind), 1, sparse_v=1e-3, impl="mma")
 
 
 def test_tq_smem_holds_the_pair_table():

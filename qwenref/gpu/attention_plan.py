@@ -85,11 +85,12 @@ MMA_KINDS = {
     },
     **MMA_ONLY_PAIRS,
 }
-# The pairs whose mma partials impl=None takes: every pair of MMA_KINDS, measured on an H100 at
-# 128k tokens, 1 row, 1.8x (bf16) to 5.6x (turbo2) faster than its v1 partials; bf16 K with
-# turbo3 / turbo2 V against bf16k-turbo4v's v1, 2.9x and 3.1x (docs/tuning-log.md). A pair added
-# to MMA_KINDS joins it once measured (impl="mma" until then).
-MMA_BY_DEFAULT = MMA_KINDS
+# The pairs whose mma partials impl=None takes: every pair of MMA_KINDS but tq's, measured on an
+# H100 at 128k tokens, 1 row, 1.8x (bf16) to 5.6x (turbo2) faster than its v1 partials; bf16 K
+# with turbo3 / turbo2 V against bf16k-turbo4v's v1, 2.9x and 3.1x (docs/tuning-log.md). A pair
+# added to MMA_KINDS joins it once measured on a GPU (impl="mma" until then: the tq kinds, whose
+# decode has no other rung, are refused without it).
+MMA_BY_DEFAULT = {pair: sfx for pair, sfx in MMA_KINDS.items() if pair not in MMA_ONLY_PAIRS}
 # the kernels_cuda module (NVRTC compiles each alone) of each rung's kernel, and the combine's;
 # a plan's options go to its rung's module, the combine's module takes none
 KERNEL_MODULE = dict(family("attention").kernels)
@@ -320,6 +321,11 @@ def _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max
             raise ValueError(
                 f"cache kinds ({k_kind}, {v_kind}) decode on the mma rung only, which does not "
                 f"apply here: {why}"
+            )
+        if impl is None and (k_kind, v_kind) not in MMA_BY_DEFAULT:
+            raise ValueError(
+                f"cache kinds ({k_kind}, {v_kind}) decode on the mma rung only, which runs only "
+                f"when asked (impl='mma') until it is measured on a GPU"
             )
         return "mma", None
     if impl == "split" and n_rep * hd // 32 > SPLIT_MAX_REGS:
