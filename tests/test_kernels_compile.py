@@ -233,7 +233,6 @@ def test_mma_smem_table():
         "sm_86": 101376,
         "sm_89": 101376,
         "sm_90": 232448,
-        "sm_90a": 232448,
     }
     sizes = compile_check.mma_smem_requests()
     assert len(sizes) == 8 and sizes["attn_partials_q8_mma_n4 (hd 256)"] == 108688
@@ -307,13 +306,13 @@ ptxas info    : Used 10 registers, used 1 barriers, 1024 bytes smem, 360 bytes c
 
 def test_one_front_end_pass_per_arch_family():
     """A file that never tests __CUDA_ARCH__ gets one front-end pass per family (compute_80's
-    PTX for sm_80 / 86 / 89, compute_90's for sm_90 / 90a); one that does, a pass per arch."""
+    PTX for sm_80 / 86 / 89, compute_90's for sm_90); one that does, a pass per arch."""
     g = compile_check._gencodes(compile_check.ARCHS, "__global__ void k() {}")
     assert g == [
         "-gencode",
         "arch=compute_80,code=[sm_80,sm_86,sm_89]",
         "-gencode",
-        "arch=compute_90,code=[sm_90,sm_90a]",
+        "arch=compute_90,code=[sm_90]",
     ]
     g = compile_check._gencodes(("sm_80", "sm_90"), "#if __CUDA_ARCH__ >= 900\n#endif")
     assert g == ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
