@@ -81,8 +81,8 @@ __host__ __device__ constexpr unsigned half_bits(double v) {
     while (a < 1.0) a *= 2.0, --e;
     return sign | unsigned((e + 15) << 10) | unsigned((a - 1.0) * 1024.0);
 }
-// half2 (1024 + a * 2^oa, 1024 + b * 2^ob) -> (-a', -b') constant of the HADD2 that removes the
-// magic and the code offset: x + sub_const = (c - h) * 2^o
+// x (a half2 of magic-placed codes) minus (off_lo, off_hi) in one HADD2 whose constant is an
+// immediate: off = 1024 + (the code offset) * 2^o must be exact in fp16, so the result is too
 __device__ __forceinline__ __half2 sub_magic(unsigned x, double off_lo, double off_hi) {
     return __hadd2(as_h2(x), as_h2(half_bits(-off_lo) | (half_bits(-off_hi) << 16)));
 }

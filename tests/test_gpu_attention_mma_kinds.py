@@ -10,14 +10,14 @@ attn_combine of those (out), inverse-rotated where V is.
 
 Tolerance, per kind, from what the kernel rounds (u16 = 2^-11 fp16, ub = 2^-8 bf16):
   * K operands are exact (int8, bf16, and turbo codes as the half-integers c - (2^N - 1)/2 in
-    fp16), but tq's: its codebook values rounded to fp16, each off by <= u16 relative, so a
-    score moves by at most u16 * sum_i |q_i k_i| (U_Q = u16, the same form as bf16 K's q split
-    below); the scale multiplies an fp32 sum. tq's gamma scales P (P' = fp16(p 2^PS gamma)).
-    q goes in as hi + lo: fp16 pairs carry ~22 bits
-    (a float32-level error, inside REL as for q8), bf16 pairs (bf16 K) |q - hi - lo| <= ub^2 |q|,
-    so a score moves by at most U_Q * sum_i |q_i k_i| * hd^-0.5 * log2(e) =: U_Q * sb, with
-    U_Q = ub^2. That moves m by <= U_Q sb and each weight 2^(s - m) by a relative <= 2 ln2 U_Q sb
-    (s and m each), hence l and o by the same relative amount of l and of golden's |V| partials.
+    fp16; the scale multiplies an fp32 sum) except tq's, its codebook values rounded to fp16:
+    each is off by <= u16 relative, so U_Q = u16 in the score bound below (tq's gamma multiplies
+    the fp32 score, and V's gamma goes into P: P' = fp16(p 2^PS gamma)). q goes in as hi + lo:
+    fp16 pairs carry ~22 bits (a float32-level error, inside REL as for q8), bf16 pairs (bf16 K)
+    |q - hi - lo| <= ub^2 |q|, U_Q = ub^2. A score then moves by at most
+    U_Q * sum_i |q_i k_i| * hd^-0.5 * log2(e) =: U_Q * sb. That moves m by <= U_Q sb and each
+    weight 2^(s - m) by a relative <= 2 ln2 U_Q sb (s and m each), hence l and o by the same
+    relative amount of l and of golden's |V| partials.
   * P.V: scaled V kinds round P = fp16(p 2^PS) and V' = fp16(code * d) once each: a term is off
     by <= 2 u16 + u16^2 relative (U_PV, as q8). bf16 V is exact and P goes in as bf16 hi + lo:
     <= ub^2 relative. So |o - o_ref| <= U_PV * (golden partials of |V|), and on out the same
