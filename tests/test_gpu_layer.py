@@ -219,13 +219,13 @@ def test_layer_head_dim_128(tiny_cfg, rng, kind):
     cfg = tiny_cfg.replace(head_dim=128)  # rotary_dim 32, WHT over 128
     rungs = []
     _drive(cfg, _weights(cfg, rng), kind, "q8", rng, rungs=rungs)
-    # q8 at hd 128 takes the tensor-core rung where it applies: the one-row selective steps
-    # (positions 41 and 50, n_rep 2); the 35-row prefill (70 columns > 32) and the selective
-    # batches of several rows stay on v1; other kinds are v1 throughout
-    if kind == "q8":
-        assert "mma" in rungs and "v1" in rungs
-    else:
+    # every kind but f32 takes the tensor-core rung at hd 128 where it applies: the one-row
+    # selective steps (positions 41 and 50, n_rep 2); the 35-row prefill (70 columns > 32) and
+    # the selective batches of several rows stay on v1; f32 is v1 throughout
+    if kind == "f32":
         assert set(rungs) == {"v1"}
+    else:
+        assert "mma" in rungs and "v1" in rungs
 
 
 def test_layer_without_mlp_runs_attention_only(tiny_cfg, rng):

@@ -30,7 +30,7 @@ def golden_attention_rows(gc, q, base_pos, gate=None, sel=None, sparse_v=0.0):
     nb = q.shape[0]
     T = base_pos + nb
     K, V = gc.keys(T), gc.values(T)
-    qa = golden.wht(q) if gc.k_rotated else q
+    qa = golden.wht_signed(q, gc.k_signs) if gc.k_rotated else q
     out = np.empty(q.shape, np.float32)
     for b in range(nb):
         t = base_pos + b + 1
@@ -38,7 +38,7 @@ def golden_attention_rows(gc, q, base_pos, gate=None, sel=None, sparse_v=0.0):
         kk, vv = (K[:, :t], V[:, :t]) if idx is None else (K[:, idx], V[:, idx])
         o = golden.decode_attention(qa[b], kk, vv, None, sparse_v)
         if gc.v_rotated:
-            o = golden.wht(o, inverse=True)
+            o = golden.wht_signed(o, gc.v_signs, inverse=True)
         out[b] = o if gate is None else golden.output_gate(o, gate[b])
     return out
 
