@@ -9,9 +9,8 @@ Cache kinds (CACHE_KINDS). A cache has two sides, K and V; side_kinds(kind) name
   "f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2"   both sides in that format
   "bf16k-turbo4v", "bf16k-turbo3v", "bf16k-turbo2v"            K in bf16, V in turbo4/3/2
   "tq4", "tq3", "tq2"                                          both sides in tq-b (b = 4, 3, 2)
-GPU_CACHE_KINDS are the kinds the GPU attention plan decodes by itself: every kind but the tq
-kinds (TQ_KINDS), which the GPU cache stores (its appends) and decodes on the tensor-core rung
-only when asked (impl="mma"), until that decode is measured on a GPU.
+LADDER_KINDS are the kinds every rung of the GPU attention ladder reads (v0, split, v1 and,
+but for f32, the tensor-core mma rung); the tq kinds (TQ_KINDS) decode on the mma rung alone.
 
 A turbo or tq side is stored in a rotated domain (the rotation spreads outlier dims over the
 row before the quantizer sees it): turbo stores the WHT of the row, y = wht(x); tq first flips
@@ -59,7 +58,7 @@ __all__ = [
     "turbo_limit",
     "TQ_GAMMA_LIMIT",
     "CACHE_KINDS",
-    "GPU_CACHE_KINDS",
+    "LADDER_KINDS",
     "TQ_KINDS",
     "SIDE_KINDS",
     "side_kinds",
@@ -91,7 +90,7 @@ def turbo_limit(bits):
 # A tq scale γ at or past this rounds to inf in float16: the quantizer refuses such a vector.
 TQ_GAMMA_LIMIT = 65520.0
 
-GPU_CACHE_KINDS = (
+LADDER_KINDS = (
     "f32",
     "bf16",
     "q8",
@@ -104,7 +103,7 @@ GPU_CACHE_KINDS = (
     "bf16k-turbo2v",
 )
 TQ_KINDS = ("tq4", "tq3", "tq2")
-CACHE_KINDS = GPU_CACHE_KINDS + TQ_KINDS
+CACHE_KINDS = LADDER_KINDS + TQ_KINDS
 SIDE_KINDS = ("f32", "bf16", "q8", "turbo8", "turbo4", "turbo3", "turbo2") + TQ_KINDS
 
 

@@ -16,7 +16,7 @@ import qwenref
 from qwenref import golden
 from qwenref.gpu import attention as A
 from qwenref.gpu._runtime import kernel_source
-from qwenref.layout import GPU_CACHE_KINDS, side_kinds
+from qwenref.layout import LADDER_KINDS, side_kinds
 
 
 def _module_src(module):
@@ -131,15 +131,13 @@ def test_plan_picks_the_rung(nb, n_rep, selective, sparse_v, want):
         A.mma_kernel_name(nb, n_rep, selective)
 
 
-@pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
+@pytest.mark.parametrize("kind", LADDER_KINDS)
 def test_plan_other_kinds_and_forcing(kind):
-    """Every kind but f32 has tensor-core partials at hd 128 / 256, taken by default where
-    MMA_BY_DEFAULT says and asked for (impl='mma') elsewhere; hd 64 runs v1."""
-    by_default = side_kinds(kind) in A.MMA_BY_DEFAULT
-    assert rung_of(cache(6, kind=kind), 1) == ("mma" if by_default else "v1")
+    """Every kind but f32 has tensor-core partials at hd 128 / 256, taken by default and when
+    asked (impl='mma'); hd 64 runs v1."""
+    assert rung_of(cache(6, kind=kind), 1) == ("v1" if kind == "f32" else "mma")
     if kind != "f32":
         assert rung_of(cache(6, kind=kind), 1, impl="mma") == "mma"
-        assert by_default or "only when asked" in A.plan_rung(cache(6, kind=kind), 1).why
     assert rung_of(cache(6, kind=kind, hd=64), 1) == "v1"
     assert rung_of(cache(6, kind=kind), 1, impl="v1") == "v1"
     if kind == "f32":
@@ -174,7 +172,7 @@ def test_rungs():
     assert rung_of(cache(6, kind="turbo3"), 9, 1e-3, True, impl="v0") == "v0"
 
 
-@pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
+@pytest.mark.parametrize("kind", LADDER_KINDS)
 def test_every_kind_has_a_kernel_on_each_rung(kind):
     """v0 and v1 cover every cache kind; the names exist in their sources (ATTENTION_V0(<pair>,
     ...) makes attention_v0_<pair>, ATTN_PARTIALS(<pair>, ...) attn_partials_<pair>)."""
@@ -276,8 +274,6 @@ PLAN_CASES = [
 
 @pytest.mark.parametrize("kind,nb,n_rep,hd,sparse_v,selective,rung,why", PLAN_CASES)
 def test_plan_rung_and_why(kind, nb, n_rep, hd, sparse_v, selective, rung, why):
-    if rung == "mma" and side_kinds(kind) not in A.MMA_BY_DEFAULT:
-        rung, why = "v1", "only when asked"  # a kind whose mma partials are opt-in
     c = cache(n_rep, kind=kind, hd=hd)
     p = A.plan_rung(c, nb, sparse_v=sparse_v, selective=selective)
     assert p.rung == rung
@@ -302,7 +298,7 @@ def test_plan_rung_and_why(kind, nb, n_rep, hd, sparse_v, selective, rung, why):
     )
 
 
-@pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
+@pytest.mark.parametrize("kind", LADDER_KINDS)
 def test_plan_fields_per_rung(kind):
     """kernel, combine, threads, smem, options and tol of each rung; v0 has no partials."""
     c = cache(6, kind=kind)
@@ -546,26 +542,53 @@ def test_gpu_free_functions_refuse_bad_input(call, exc, name):
 # ---- tq: the mma rung alone -------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["tq4", "tq3", "tq2"])
 def test_tq_decodes_on_the_mma_rung_only(kind):
-    """A tq cache plans the tq mma kernels (its codebook loader) with mma's tolerance when
-    asked (impl="mma": not in MMA_BY_DEFAULT until measured on a GPU, and without it refused by
-    name); v0, split and v1 have no tq kernels and are refused by name, as are the shapes mma
-    does not take (there is no rung to fall back to)."""
-    assert ("tq4", "tq4") in A.MMA_KINDS and ("tq4", "tq4") not in A.MMA_BY_DEFAULT
-    with pytest.raises(ValueError, match=r"runs only when asked \(impl='mma'\)"):
-        A.plan_rung(cache(6, kind), 1)
-    p = A.plan_rung(cache(6, kind), 1, impl="mma")
-    assert (p.rung, p.kernel, p.tol) == ("mma", f"attn_partials_{kind}_mma_n1", A.TOL_ATTN_MMA)
+    """A tq cache plans the tq mma kernels (its codebook loader) with mma's tolerance, by default
+    and when asked; v0, split and v1 have no tq kernels and are refused by name, as are the
+    shapes mma does not take (there is no rung to fall back to)."""
+    p = A.plan_rung(cache(6, kind), 1)
+    assert (p.rung, p.kernel, p.tol, p.rows) == (
+        "mma",
+        f"attn_partials_{kind}_mma_n1",
+        A.TOL_ATTN_MMA,
+        None,
+    )
+    assert p == A.plan_rung(cache(6, kind), 1, impl="mma")
     assert f"-DMMA_KIND_{kind}" in p.options
-    assert A.plan_rung(cache(6, kind), 4, impl="mma").kernel == f"attn_partials_{kind}_mma_n3"
-    sel = A.plan_rung(cache(6, kind), 1, selective=True, impl="mma")
-    assert sel.kernel.endswith("_mma_sel_n1")
+    assert A.plan_rung(cache(6, kind), 4).kernel == f"attn_partials_{kind}_mma_n3"
+    sel = A.plan_rung(cache(6, kind), 1, selective=True)
+    assert (sel.kernel, sel.rows) == (f"attn_partials_{kind}_mma_sel_n1", None)
     for impl in ("v0", "split", "v1"):
         with pytest.raises(ValueError, match=f"impl='{impl}' does not apply: .*mma rung only"):
             A.plan_rung(cache(6, kind), 1, impl=impl)
     with pytest.raises(ValueError, match="mma rung only, which does not apply here: head_dim 64"):
-        A.plan_rung(cache(6, kind, hd=64), 1, impl="mma")
+        A.plan_rung(cache(6, kind, hd=64), 1)
     with pytest.raises(ValueError, match="sparse_v > 0 uses v1"):
-        A.plan_rung(cache(6, kind), 1, sparse_v=1e-3, impl="mma")
+        A.plan_rung(cache(6, kind), 1, sparse_v=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["tq4", "tq2"])
+@pytest.mark.parametrize(
+    "n_rep,nb,selective,rows,kernel",
+    [
+        (6, 6, False, 5, "mma_n4"),  # 36 columns: groups of 5 rows (30 columns)
+        (6, 35, False, 5, "mma_n4"),  # a prefill: 7 launches
+        (4, 9, False, 8, "mma_n4"),  # 32 columns exactly per group
+        (6, 2, True, 1, "mma_sel_n1"),  # selective rows one at a time
+        (8, 12, True, 1, "mma_sel_n1"),
+    ],
+)
+def test_tq_rows_beyond_one_launch_run_in_groups(kind, n_rep, nb, selective, rows, kernel):
+    """Rows that do not fit one mma launch (more than MMA_MAX_COLS columns, or more than one
+    selective row) run in groups that do: plan.rows of them per launch, the kernel and its
+    shared memory those of a group, and why says so; a row that cannot fit alone (n_rep > 8
+    selective) is refused."""
+    p = A.plan_rung(cache(n_rep, kind), nb, selective=selective)
+    assert (p.rung, p.rows, p.kernel) == ("mma", rows, f"attn_partials_{kind}_{kernel}")
+    assert p.smem == A.mma_smem_bytes(256, -(-rows * n_rep // 8), kind=kind)
+    assert ("one at a time" if selective else f"{rows} rows per mma launch") in p.why
+    assert p == A.plan_rung(cache(n_rep, kind), nb, selective=selective, impl="mma")
+    with pytest.raises(ValueError, match="mma rung only, which does not apply here: selective"):
+        A.plan_rung(cache(12, kind), 1, selective=True)
 
 
 def test_tq_smem_holds_the_pair_table():

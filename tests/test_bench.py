@@ -12,7 +12,7 @@ from qwenref import bench
 from qwenref.bench import cli, ladder
 from qwenref.bench.cases_layer import selection_match
 from qwenref.bench.tolerances import TOL_ATTN, TOL_ATTN_MMA, attention_tol
-from qwenref.layout import GPU_CACHE_KINDS
+from qwenref.layout import CACHE_KINDS
 
 # ---- tolerances and checks -------------------------------------------------------------------
 
@@ -31,8 +31,9 @@ def test_attention_tol_follows_the_decode_path():
     assert attention_tol(cache, 1, sel_n=np.ones(1, np.int32)) == TOL_ATTN_MMA
     assert attention_tol(cache, 4, sel_n=np.ones(4, np.int32)) == TOL_ATTN
     bf16 = types.SimpleNamespace(cfg=cfg, k_kind="bf16", v_kind="bf16")
-    by_default = ("bf16", "bf16") in A.MMA_BY_DEFAULT
-    assert attention_tol(bf16, 1) == (TOL_ATTN_MMA if by_default else TOL_ATTN)
+    assert attention_tol(bf16, 1) == TOL_ATTN_MMA
+    tq4 = types.SimpleNamespace(cfg=cfg, k_kind="tq4", v_kind="tq4")
+    assert attention_tol(tq4, 4, sel_n=np.ones(4, np.int32)) == TOL_ATTN_MMA  # rows one at a time
     f32 = types.SimpleNamespace(cfg=cfg, k_kind="f32", v_kind="f32")
     assert attention_tol(f32, 1) == TOL_ATTN
     # the fp16 bound: two roundings of u = 2^-11 per term
@@ -126,11 +127,11 @@ def test_cases_cover_every_stage_and_the_target_shapes():
                 for s, k, sh, _ in cases
                 if s == "attention" and sh == {"T": T, "nb": nb}
             }
-            assert kinds == set(GPU_CACHE_KINDS), (T, nb)
+            assert kinds == set(CACHE_KINDS), (T, nb)
     qsa = {
         k.split()[-1] for s, k, sh, _ in cases if s == "indexer" and sh == {"T": 131072, "nb": 1}
     }
-    assert qsa == set(GPU_CACHE_KINDS)  # the selective path on every format with kernels
+    assert qsa == set(CACHE_KINDS)  # the selective path on every format with kernels
     dense = {sh.get("kind") for s, k, sh, _ in cases if s == "layer" and k.startswith("dense")}
     assert dense == {"q8", "turbo4"}
     assert len([s for s, *_ in cases if s == "gemv"]) == 4

@@ -30,7 +30,7 @@ from gpu_checks import assert_partials_close
 import qwenref
 import qwenref.gpu.attention as gpu_attention
 from qwenref import golden
-from qwenref.layout import GPU_CACHE_KINDS
+from qwenref.layout import LADDER_KINDS
 
 pytestmark = pytest.mark.gpu
 
@@ -138,7 +138,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
+@pytest.mark.parametrize("kind", LADDER_KINDS)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_decode_matches_golden(cp, gpu, rng, kind, case, impl):
     _, hd, nh, nkv, T, nb, n_splits, with_gate = case

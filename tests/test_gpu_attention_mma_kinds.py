@@ -156,6 +156,43 @@ def test_mma_selective_row(cp, gpu, rng, kind, hd, n_rep):
     ref.check(cp, m, l, o, out)
 
 
+TQ = [k for k in KINDS if side_kinds(k) in gpu_attention.MMA_ONLY_PAIRS]
+
+
+@pytest.mark.parametrize("kind", TQ)
+def test_tq_rows_in_groups_match_golden(cp, gpu, rng, kind):
+    """Rows beyond one mma launch (a tq cache has no other rung): 7 dense rows of 6 heads run as
+    5 + 2, and 3 selective rows (one dense, two with their own lists) one at a time; each row
+    against golden over its own tokens, and each group's rows are those of a call of its own."""
+    cfg = make_cfg(256, 6)
+    T, S = 3000, 3
+    gc, cache = make_cache(gpu, cfg, kind, T, rng)
+    nb = 7
+    q = make_q(cfg, nb, rng, head_scales=True)
+    p = gpu_attention.plan(cache, nb, base_pos=T - nb, n_splits=S)
+    assert (p.rung, p.rows) == ("mma", 5)
+    out = gpu.decode_attention(cp.asarray(q), cache, T - nb, out=poisoned(cp, q.shape), plan=p)
+    Ref(gc, kind, q, [np.arange(T - nb + b + 1) for b in range(nb)], S).check(
+        cp, None, None, None, out
+    )
+    tail = gpu.decode_attention(cp.asarray(q[5:]), cache, T - 2, n_splits=S)
+    cp.testing.assert_array_equal(out[5:], tail)  # the second group is rows 5, 6 on their own
+
+    lists = [np.arange(T - 2), selection(rng, T - 1, 7, 48), selection(rng, T, 9, 48)]
+    width = max(len(x) for x in lists)
+    si = np.zeros((3, width), np.int32)
+    for b, x in enumerate(lists[1:], 1):
+        si[b, : len(x)] = x
+    sn = np.array([0] + [len(x) for x in lists[1:]], np.int32)  # row 0 dense
+    q3 = make_q(cfg, 3, rng)
+    ps = gpu_attention.plan(cache, 3, base_pos=T - 3, selective=True, width=width, n_splits=S)
+    assert (ps.rung, ps.rows, ps.kernel) == ("mma", 1, f"attn_partials_{kind}_mma_sel_n1")
+    args = dict(sel_idx=cp.asarray(si), sel_n=cp.asarray(sn), plan=ps)
+    m, l, o = gpu.attn_partials(cp.asarray(q3), cache, T - 3, **args)
+    out3 = gpu.decode_attention(cp.asarray(q3), cache, T - 3, **args)
+    Ref(gc, kind, q3, lists, S).check(cp, m, l, o, out3)
+
+
 @pytest.mark.parametrize("kind", KINDS_V1)
 def test_mma_matches_v1_at_the_27b_shape(cp, gpu, rng, kind):
     """4 kv heads, n_rep 6, hd 256, 4 rows: the tensor-core and CUDA-core rungs agree within

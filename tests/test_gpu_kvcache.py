@@ -23,13 +23,13 @@ import qwenref
 from qwenref import golden
 from qwenref.gpu import kvcache as gpu_kv
 from qwenref.gpu._runtime import kernel_source
-from qwenref.layout import GPU_CACHE_KINDS, side_arrays, turbo_bits
+from qwenref.layout import LADDER_KINDS, side_arrays, turbo_bits
 
 gpu = pytest.mark.gpu
 IMPLS = gpu_kv.RUNGS["q8_append"]  # KVCache.append's impl: one value for both families
 assert IMPLS == gpu_kv.RUNGS["turbo_append"]
 
-KINDS = GPU_CACHE_KINDS  # the kinds with GPU kernels (not the golden-only tq kinds)
+KINDS = LADDER_KINDS  # the turbo and q8 appends (tq: tests/test_gpu_kvcache_tq.py)
 EPS32 = np.finfo(np.float32).eps  # 2**-23
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import qwenref
 from qwenref import golden
-from qwenref.layout import GPU_CACHE_KINDS
+from qwenref.layout import CACHE_KINDS
 
 pytestmark = pytest.mark.gpu
 
@@ -199,7 +199,7 @@ def _drive(cfg, w, kind, weight_format, rng, steps=STEPS, tol=None, rungs=None):
 
 
 @pytest.mark.parametrize("weight_format", ["f32", "q8"])
-@pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
+@pytest.mark.parametrize("kind", CACHE_KINDS)
 def test_layer_selective_matches_golden(tiny_cfg, rng, kind, weight_format):
     w = _weights(tiny_cfg, rng)
     n_sel = _drive(tiny_cfg, w, kind, weight_format, rng)
@@ -208,7 +208,7 @@ def test_layer_selective_matches_golden(tiny_cfg, rng, kind, weight_format):
 
 
 @pytest.mark.parametrize("weight_format", ["f32", "q8"])
-@pytest.mark.parametrize("kind", GPU_CACHE_KINDS)
+@pytest.mark.parametrize("kind", CACHE_KINDS)
 def test_layer_dense_matches_golden(tiny_cfg, rng, kind, weight_format):
     cfg = _dense(tiny_cfg)
     _drive(cfg, _weights(cfg, rng), kind, weight_format, rng)

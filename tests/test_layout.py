@@ -45,7 +45,7 @@ def test_side_kinds_and_bits():
     assert layout.side_kinds("tq3") == ("tq3", "tq3")
     # the tq kinds are every kind without GPU attention kernels
     assert layout.TQ_KINDS == ("tq4", "tq3", "tq2")
-    assert layout.CACHE_KINDS == layout.GPU_CACHE_KINDS + layout.TQ_KINDS
+    assert layout.CACHE_KINDS == layout.LADDER_KINDS + layout.TQ_KINDS
     with pytest.raises(ValueError, match="^kind"):
         layout.side_kinds("q4")
     with pytest.raises(TypeError, match="^kind"):

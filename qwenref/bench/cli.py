@@ -136,14 +136,14 @@ def case_list(quick):
 def _attention_cases(qk):
     """Dense decode: q8 at 4k and 32k (quick: and three more kinds at 32k); else every cache kind
     with GPU kernels at 32k and 128k tokens with 1 and 4 rows, and q8 at 4k."""
-    from ..layout import GPU_CACHE_KINDS
+    from ..layout import CACHE_KINDS
 
     if qk:
         runs = [("q8", 4 * K, 1), ("q8", 32 * K, 1)]
         runs += [(kind, 32 * K, 1) for kind in ("f32", "turbo4", "bf16k-turbo4v")]
     else:
         runs = [("q8", 4 * K, 1)]
-        runs += [(kd, T, nb) for kd in GPU_CACHE_KINDS for T in (32 * K, 128 * K) for nb in (1, 4)]
+        runs += [(kd, T, nb) for kd in CACHE_KINDS for T in (32 * K, 128 * K) for nb in (1, 4)]
     return [
         (
             "attention",
@@ -158,9 +158,9 @@ def _attention_cases(qk):
 def _qsa_runs(qk):
     """(kind, rows) of the selective path: q8 with 1 row (quick), else every kind with GPU
     kernels with 1 row and q8 with 4."""
-    from ..layout import GPU_CACHE_KINDS
+    from ..layout import CACHE_KINDS
 
-    return [("q8", 1)] if qk else [(kind, 1) for kind in GPU_CACHE_KINDS] + [("q8", 4)]
+    return [("q8", 1)] if qk else [(kind, 1) for kind in CACHE_KINDS] + [("q8", 4)]
 
 
 def run_all(quick=False, only=None):

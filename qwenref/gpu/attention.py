@@ -22,10 +22,11 @@ combine.
 
 Three implementations of the partials (impl= on attn_partials / decode_attention): "split" (v0's
 loop cut into splits, one warp each: only when asked), "mma", tensor cores, one CTA per (kv
-head, split) for all rows — for every kind but f32, chosen by default for the pairs of
-MMA_BY_DEFAULT (every pair of MMA_KINDS) with head_dim 128/256, dense rows (or one selective
-row), no sparse V, nb * n_rep <= 32 and a kernel whose shared memory the device allows — and
-"v1", float32 CUDA cores, for everything else (and forced by impl="v1"). The mma path of the
+head, split) for all rows — for every kind but f32 (MMA_KINDS), chosen by default with
+head_dim 128/256, dense rows (or one selective row), no sparse V, nb * n_rep <= 32 and a kernel
+whose shared memory the device allows — and "v1", float32 CUDA cores, for everything else (and
+forced by impl="v1"). The tq kinds decode on mma alone: rows that do not fit one launch run in
+groups that do (plan.rows), one partials launch each, then one combine. The mma path of the
 scaled kinds rounds each weight p and each dequantized value to fp16, so its output differs from
 golden by at most (2u + u^2) * sum_t p_t |v_t|, u = 2^-11 (tests/test_gpu_attention_mma.py and
 tests/test_gpu_attention_mma_kinds.py derive the bounds); v1 and split stay at float32 rounding.
@@ -62,7 +63,6 @@ from .attention_plan import (
     IMPLS,
     KERNEL_MODULE,
     KIND_PAIRS,
-    MMA_BY_DEFAULT,
     MMA_HEAD_DIMS,
     MMA_KINDS,
     MMA_MAX_COLS,
@@ -117,7 +117,6 @@ __all__ = [
     "RUNGS",
     "DEFAULT_RUNG",
     "MMA_HEAD_DIMS",
-    "MMA_BY_DEFAULT",
     "MMA_KINDS",
     "MMA_MAX_COLS",
     "KERNEL_MODULE",
@@ -291,17 +290,33 @@ def _launch_partials(c, cfg, m, l, o):
     if p.rung == "mma":
         # the kernel reads q as float4: a contiguous view at an odd offset gets an aligned copy
         q = c.q if c.q.data.ptr % 16 == 0 else c.q.copy()
-        rows = (np.int32(c.max_t), np.int32(c.base_pos), np.int32(c.nb))
-        sel = (_ptr(c.sel_idx), _ptr(c.sel_n), np.int32(c.width))
         codebook = _ptr(tq_codebook_device(c.tq_bits) if c.tq_bits else None)
-        args = (q, c.kd, _ptr(c.ks), c.vd, _ptr(c.vs), *rows, *sel, codebook, qscale, m, l, o)
-        kern((cfg.nkv, S), (p.threads,), args, shared_mem=p.smem)
+        kv = (c.kd, _ptr(c.ks), c.vd, _ptr(c.vs))
+        for b0, b1 in _row_groups(c.nb, p.rows):  # row b0 of a group is the kernel's row 0
+            rows = (np.int32(c.max_t), np.int32(c.base_pos + b0), np.int32(b1 - b0))
+            sel = (_rows_of(c.sel_idx, b0, b1), _rows_of(c.sel_n, b0, b1), np.int32(c.width))
+            out = (m[b0:b1], l[b0:b1], o[b0:b1])
+            args = (q[b0:b1], *kv, *rows, *sel, codebook, qscale, *out)
+            kern((cfg.nkv, S), (p.threads,), args, shared_mem=p.smem)
         return
     kv = (c.kd, _ptr(c.ks), c.vd, _ptr(c.vs))
     rows = (np.int32(c.max_t), np.int32(c.base_pos))
     sel = (_ptr(c.sel_idx), _ptr(c.sel_n), np.int32(c.width))
     args = (c.q, *kv, *rows, *sel, qscale, np.float32(c.sparse_v), m, l, o)
     kern((c.nb, cfg.nkv, S), (p.threads,), args)
+
+
+def _row_groups(nb, rows):
+    """(b0, b1) of each partials launch: all nb rows at once (rows None), else `rows` at a time.
+    Each group is a call of its own on contiguous views: q, the partials and the selection are
+    row-major, so rows b0..b1 of each are one run at an offset of whole rows."""
+    step = rows or nb
+    return [(b0, min(b0 + step, nb)) for b0 in range(0, nb, step)]
+
+
+def _rows_of(a, b0, b1):
+    """Rows b0..b1 of an optional per-row array, for a kernel argument (NULL for None)."""
+    return _NULL if a is None else a[b0:b1]
 
 
 def _launch_v0(c, cfg, gate, out):

@@ -14,8 +14,9 @@ one warp per (row, kv head, split), n_rep * head_dim / 32 <= 64), "v1" (attentio
 split-T partials on CUDA cores with prefetched tiles, a reduce-scatter and a warp merge,
 every cache kind pair but tq) and "mma" (attention_mma.cu: partials on tensor cores for every
 kind but f32, one module per kind: MMA_KINDS; the only rung of the tq kinds, MMA_ONLY_PAIRS).
-impl=None takes "mma" where it applies to a pair of MMA_BY_DEFAULT and "v1" otherwise, and says
-why in p.why (a tq pair where mma does not apply is refused); "v0" and "split" run when asked.
+impl=None takes "mma" where it applies and "v1" otherwise, and says why in p.why; "v0" and
+"split" run when asked. A tq pair runs mma where the rows fit it, else in row groups that do
+(p.rows: a prefill, or selective rows one at a time), and is refused where neither applies.
 
 Shared memory. The mma kernels keep K/V stages, scales, q and P in one dynamic shared-memory
 layout (mma_smem_bytes: 34 KB for turbo2 at hd 128 to 160 KB for bf16 at hd 256). A block may
@@ -85,12 +86,10 @@ MMA_KINDS = {
     },
     **MMA_ONLY_PAIRS,
 }
-# The pairs whose mma partials impl=None takes: every pair of MMA_KINDS but tq's, measured on an
-# H100 at 128k tokens, 1 row, 1.8x (bf16) to 5.6x (turbo2) faster than its v1 partials; bf16 K
-# with turbo3 / turbo2 V against bf16k-turbo4v's v1, 2.9x and 3.1x (docs/tuning-log.md). A pair
-# added to MMA_KINDS joins it once measured on a GPU (impl="mma" until then: the tq kinds, whose
-# decode has no other rung, are refused without it).
-MMA_BY_DEFAULT = {pair: sfx for pair, sfx in MMA_KINDS.items() if pair not in MMA_ONLY_PAIRS}
+# impl=None takes the mma partials for every pair of MMA_KINDS where they apply: measured on an
+# H100 at 128k tokens, 1 row, 1.8x (bf16) to 5.6x (turbo2) faster than their v1 partials; bf16 K
+# with turbo3 / turbo2 V against bf16k-turbo4v's v1, 2.9x and 3.1x (docs/tuning-log.md); the tq
+# pairs have no other rung.
 # the kernels_cuda module (NVRTC compiles each alone) of each rung's kernel, and the combine's;
 # a plan's options go to its rung's module, the combine's module takes none
 KERNEL_MODULE = dict(family("attention").kernels)
@@ -122,6 +121,10 @@ class AttentionPlan:
     tol       norm-wise relative error against golden that the rung's precision implies:
               TOL_ATTN_MMA for mma (fp16 P.V), TOL_ATTN for v0 / v1 (float32)
     why       why a faster rung did not apply, or that impl= asked for this one; None for mma
+              (but a tq call run in row groups: why the rows do not fit one launch)
+    rows      rows per launch of `kernel`: None for one launch over all rows; a tq pair, whose
+              mma rung is its only one, takes rows in groups the kernel fits (MMA_MAX_COLS
+              columns dense, one row selective), one partials launch each, then one combine
     """
 
     rung: str
@@ -133,6 +136,7 @@ class AttentionPlan:
     options: tuple
     tol: float
     why: str | None = None
+    rows: int | None = None
 
 
 # ---- NVRTC options --------------------------------------------------------------------------
@@ -307,43 +311,50 @@ def _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, ma
     return None
 
 
+def _mma_rows(n_rep, nb, selective):
+    """Rows per launch of a tq pair's mma kernel: all nb where they fit one launch, else as
+    many as do (MMA_MAX_COLS columns dense; a selective kernel reads one row's token list)."""
+    if selective:
+        return 1
+    return nb if nb * n_rep <= MMA_MAX_COLS else max(MMA_MAX_COLS // n_rep, 1)
+
+
 def _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem):
-    """(rung, why): impl when given (ValueError where mma does not apply), else "mma" where it
-    applies, else "v1" and the first reason it does not; a tq pair: "mma" or ValueError."""
+    """(rung, why, rows per launch or None): impl when given (ValueError where mma does not
+    apply), else "mma" where it applies, else "v1" and the first reason it does not; a tq pair:
+    "mma" in row groups where the rows do not fit one launch, or ValueError."""
     if (k_kind, v_kind) in MMA_ONLY_PAIRS:
         if impl in ("v0", "split", "v1"):
             raise ValueError(
                 f"impl={impl!r} does not apply: cache kinds ({k_kind}, {v_kind}) decode on the "
                 f"mma rung only"
             )
-        why = _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, max_smem)
+        rows = _mma_rows(n_rep, nb, selective)
+        why = _mma_why_not(k_kind, v_kind, hd, n_rep, rows, sparse_v, selective, options, max_smem)
         if why is not None:
             raise ValueError(
                 f"cache kinds ({k_kind}, {v_kind}) decode on the mma rung only, which does not "
                 f"apply here: {why}"
             )
-        if impl is None and (k_kind, v_kind) not in MMA_BY_DEFAULT:
-            raise ValueError(
-                f"cache kinds ({k_kind}, {v_kind}) decode on the mma rung only, which runs only "
-                f"when asked (impl='mma') until it is measured on a GPU"
-            )
-        return "mma", None
+        if rows == nb:
+            return "mma", None, None
+        if selective:
+            return "mma", f"selective rows take the mma kernel one at a time ({nb} launches)", 1
+        why = f"nb * n_rep = {nb * n_rep} > {MMA_MAX_COLS}: {rows} rows per mma launch"
+        return "mma", why, rows
     if impl == "split" and n_rep * hd // 32 > SPLIT_MAX_REGS:
         raise ValueError(
             f"impl='split' does not apply: n_rep * head_dim / 32 = {n_rep * hd // 32} > "
             f"{SPLIT_MAX_REGS} (q and o of every head live in a lane's registers)"
         )
     if impl in ("v0", "split", "v1"):
-        return impl, f"impl={impl!r} asked for"
+        return impl, f"impl={impl!r} asked for", None
     why = _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, max_smem)
-    if why is None and impl is None and (k_kind, v_kind) not in MMA_BY_DEFAULT:
-        why = f"the mma partials of ({k_kind}, {v_kind}) run only when asked (impl='mma')"
-        return "v1", why
     if why is None:
-        return "mma", None
+        return "mma", None, None
     if impl == "mma":
         raise ValueError(f"impl='mma' does not apply: {why}")
-    return "v1", why
+    return "v1", why, None
 
 
 def _plan_shape(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem):
@@ -362,7 +373,9 @@ def _plan_shape(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, option
             f"cache kinds (k {k_kind!r}, v {v_kind!r}) have no kernel; "
             f"supported: {sorted(KIND_PAIRS) + sorted(MMA_ONLY_PAIRS)}"
         )
-    rung, why = _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem)
+    rung, why, rows = _rung(
+        k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem
+    )
     kind = _kind_of(k_kind, v_kind)
     opts = rung_shape_options(rung, hd, n_rep, kind) + options
     if rung == "v0":  # one warp per (row, q head)
@@ -374,17 +387,18 @@ def _plan_shape(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, option
         threads = 32 * _opt_value(opts, "ATTN_NWARP", V1_NWARP)
         kern = "attn_partials_" + pair
         return AttentionPlan("v1", kern, COMBINE_KERNEL, None, threads, 0, opts, TOL_ATTN, why)
-    nt8 = -(-nb * n_rep // 8)
+    nl = nb if rows is None else rows  # rows of one launch
     return AttentionPlan(
         "mma",
-        mma_kernel_name(nb, n_rep, selective, kind),
+        mma_kernel_name(nl, n_rep, selective, kind),
         COMBINE_KERNEL,
         None,
         32 * _mma_nw(opts),
-        mma_smem_bytes(hd, nt8, opts, kind),
+        mma_smem_bytes(hd, -(-nl * n_rep // 8), opts, kind),
         opts,
         TOL_ATTN_MMA,
-        None,
+        why,
+        rows,
     )
 
 
@@ -528,7 +542,7 @@ def rung_kernel(
 
 
 # ---- a plan given to a call ----------------------------------------------------------------------
-_PLAN_FIELDS_CHECKED = ("rung", "kernel", "combine", "threads", "smem", "options", "tol")
+_PLAN_FIELDS_CHECKED = ("rung", "kernel", "combine", "threads", "smem", "options", "tol", "rows")
 
 
 def check_plan_arg(plan, impl):
