@@ -112,6 +112,7 @@ struct KQ8 {
     static constexpr int ROWB = HD, SC = HD / 32, KPS = 2, TQB = 0;
     static constexpr bool PERM = true, BF16 = false, ROT = false, SIGNS = false, ROW_SCALE = false;
     __host__ __device__ static constexpr float qf(int) { return 1.f; }
+    __host__ __device__ static constexpr int qpos(int d) { return d; }
     using RL = RowLayout<ROWB>;
     int lrow, lch;
     __device__ KQ8(int lane, const unsigned*)
@@ -129,6 +130,7 @@ struct KBf16 {
     static constexpr int ROWB = 2 * HD, SC = 0, KPS = 0, TQB = 0;
     static constexpr bool PERM = false, BF16 = true, ROT = false, SIGNS = false, ROW_SCALE = false;
     __host__ __device__ static constexpr float qf(int) { return 1.f; }
+    __host__ __device__ static constexpr int qpos(int d) { return d; }
     using RL = RowLayout<ROWB>;
     int lrow, lch;
     __device__ KBf16(int lane, const unsigned*)
@@ -168,6 +170,7 @@ struct KTurbo {
                         : 0;
     }
     __host__ __device__ static constexpr float qf(int i) { return 1.0f / float(1 << o(i)); }
+    __host__ __device__ static constexpr int qpos(int d) { return d; }
     int gid, tig, lrow, lch;
     unsigned sel;        // N = 4: PRMT of the thread's two bytes; N = 2: its byte, twice
     int woff[2], sh[2];  // N = 3: word and shift of the thread's 12 bits in group 2gi + k
@@ -417,54 +420,92 @@ struct VTurbo {
 // A tq code is an index into the B-bit Lloyd-Max codebook C (golden/tq.py), one float16 scale
 // gamma per token and side. Two codes (a, b) of 2B bits index a table of half2 (C[a], C[b]) in
 // shared memory: 2^(2B) entries (tq4 256, tq3 64, tq2 16), each replicated in the 32 banks (entry
-// e at word 32 e + lane), so the random indices of a warp never collide. C is rounded to fp16
+// e at byte 128 e + 4 lane), so the random indices of a warp never collide. C is rounded to fp16
 // (relative error <= 2^-11 per value, the same for every use of a code). gamma multiplies the
 // fp32 score of a token (K) and its P (V: P' = fp16(p 2^PS gamma)); the codes of a token are
 // read as turbo's of the same width (K: the thread's four codes of a k-step, PERM; V: the
 // thread's four dims of a unit for two tokens, VTurbo<B>::token_codes).
+//
+// A lookup costs two instructions besides the LDS: a pair index at bit f of a register becomes
+// its byte offset 128 e + 4 lane by a rotation that puts bit f at bit 7 (SHF.W) and one LOP3
+// (mask the 2B bits, OR the lane's 4 lane); the table's base is the LDS's uniform operand.
+template <int B>
+struct TqTable {
+    static constexpr unsigned M = (1u << B) - 1, M2 = (1u << (2 * B)) - 1;
+    const unsigned char* base;  // entry 0, lane 0 (shared memory)
+    unsigned lane4;
+    __device__ TqTable(int lane, const unsigned* table)
+        : base(reinterpret_cast<const unsigned char*>(table)), lane4(4u * lane) {}
+    // the half2 of the pair index at bits [f, f + 2B) of x (f a compile-time constant)
+    template <int F>
+    __device__ __forceinline__ unsigned at(unsigned x) const {
+        const unsigned off = lop_or_magic<(M2 << 7)>(__funnelshift_l(x, x, (7 - F) & 31), lane4);
+        return *reinterpret_cast<const unsigned*>(base + off);
+    }
+    // the same for a bit position known at run time (rot = (7 - f) & 31)
+    __device__ __forceinline__ unsigned at_rot(unsigned x, int rot) const {
+        const unsigned off = lop_or_magic<(M2 << 7)>(__funnelshift_l(x, x, rot), lane4);
+        return *reinterpret_cast<const unsigned*>(base + off);
+    }
+};
+
+// (a & MASK) | (b & ~MASK) in one LOP3
+template <unsigned MASK>
+__device__ __forceinline__ unsigned bit_select(unsigned a, unsigned b) {
+    unsigned r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(r) : "r"(a), "r"(b), "n"(MASK));
+    return r;
+}
+
+// K: thread tig takes in k-step 2gi + k the dims 32gi + 8tig + 4k + j (j < 4), so its codes of
+// both k-steps of a gi sit together (4B bits from bit 32B gi + 8B tig: a word for tq4, a half-word
+// for tq2, 24 bits across two words for tq3): one load (two for tq3) gives four lookups. qpos tells prepare_q where a dim
+// sits in the PERM order (k-step 2gi + k, thread tig, j), so q's fragments match.
 template <int B>
 struct KTq {
     static_assert(B == 2 || B == 3 || B == 4, "tq K: B in {2, 3, 4}");
     static constexpr int ROWB = HD * B / 8, SC = 1, KPS = 0, TQB = B;
     static constexpr bool PERM = true, BF16 = false, ROT = true, SIGNS = true, ROW_SCALE = true;
     __host__ __device__ static constexpr float qf(int) { return 1.f; }
+    __host__ __device__ static constexpr int qpos(int d) {  // 32gi + 8tig + 4k + j -> +16k + 4tig
+        return (d & ~31) | ((d & 4) << 2) | ((d & 24) >> 1) | (d & 3);
+    }
     using RL = RowLayout<ROWB, false>;
-    static constexpr unsigned M2 = (1u << (2 * B)) - 1;  // a pair of codes
-    int gid, tig;
-    int woff[2], sh[2];   // B = 3: word and shift of the thread's 12 bits in group 2gi + k
-    const unsigned* tab;  // this lane's copy of the pair table
-    __device__ KTq(int lane, const unsigned* table)
-        : gid(lane >> 2), tig(lane & 3), tab(table + lane) {
-        if constexpr (B == 3) {
-#pragma unroll
-            for (int k = 0; k < 2; ++k) {
-                const int p = 48 * k + 12 * tig;
-                woff[k] = 4 * (p >> 5);
-                sh[k] = p & 31;
-            }
+    int gid, woff, sh;  // the byte (tq3: word) and bit where the thread's codes of a gi start
+    TqTable<B> tab;
+    __device__ KTq(int lane, const unsigned* table) : gid(lane >> 2), tab(lane, table) {
+        const int tig = lane & 3;
+        if constexpr (B == 4) {  // word tig of the gi's 16 bytes, all of it
+            woff = 4 * tig;
+            sh = 0;
+        } else if constexpr (B == 2) {  // half-word tig of the gi's 8 bytes
+            woff = 2 * tig;
+            sh = 0;
+        } else {  // 24 bits at bit 24tig of the gi's 12 bytes
+            woff = 4 * ((24 * tig) >> 5);
+            sh = (24 * tig) & 31;
         }
     }
     __device__ __forceinline__ void frags(const unsigned char* tile, unsigned, int gi,
                                           unsigned (&a)[2][4]) const {
 #pragma unroll
-        for (int k = 0; k < 2; ++k)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {  // tokens gid, gid + 8
-                const int t = gid + 8 * r;
-                unsigned
-                    x;  // the thread's codes of dims 4tig..4tig+3 of k-step 2gi + k, from bit 0
-                if constexpr (B == 4) {
-                    x = lds32(tile + RL::at(t, 16 * gi + 8 * k + 4 * (tig >> 1))) >>
-                        (16 * (tig & 1));
-                } else if constexpr (B == 2) {
-                    x = lds32(tile + RL::at(t, 8 * gi + 4 * k)) >> (8 * tig);
-                } else {
-                    const unsigned char* row = tile + RL::at(t, 0) + 12 * gi + woff[k];
-                    x = __funnelshift_r(lds32(row), lds32(row + 4), sh[k]);
-                }
-                a[k][r] = tab[32 * (x & M2)];                   // dims 4tig, 4tig+1
-                a[k][2 + r] = tab[32 * ((x >> (2 * B)) & M2)];  // dims 4tig+2, 4tig+3
+        for (int r = 0; r < 2; ++r) {  // tokens gid, gid + 8
+            // x: the pair indices of dims (j 0-1, j 2-3) of k-step 2gi at bits 0, 2B, of k-step
+            // 2gi + 1 at 4B, 6B
+            const unsigned char* row = tile + RL::at(gid + 8 * r, 0) + 4 * B * gi + woff;
+            unsigned x;
+            if constexpr (B == 4) {
+                x = lds32(row);
+            } else if constexpr (B == 2) {
+                x = *reinterpret_cast<const unsigned short*>(row);
+            } else {
+                x = __funnelshift_r(lds32(row), lds32(row + 4), sh);
             }
+            a[0][r] = tab.template at<0>(x);
+            a[0][2 + r] = tab.template at<2 * B>(x);
+            a[1][r] = tab.template at<4 * B>(x);
+            a[1][2 + r] = tab.template at<6 * B>(x);
+        }
     }
 };
 
@@ -475,9 +516,10 @@ struct VTq {
     static constexpr bool V_PAIR = true, BF16 = false, ROW_SCALE = true;
     using RL = typename VTurbo<B>::RL;
     static constexpr unsigned M = (1u << B) - 1;
-    VTurbo<B> codes;      // the token pairs' codes, as turbo's
-    const unsigned* tab;  // this lane's copy of the pair table
-    __device__ VTq(int lane, const unsigned* table) : codes(lane, table), tab(table + lane) {}
+    static constexpr unsigned MB = M | (M << (2 * B));  // codes of dims 0 and 2 (or 1 and 3)
+    VTurbo<B> codes;                                    // the token pairs' codes, as turbo's
+    TqTable<B> tab;
+    __device__ VTq(int lane, const unsigned* table) : codes(lane, table), tab(lane, table) {}
     static __device__ __forceinline__ int group(int, int, int) { return 0; }
     __device__ __forceinline__ int dim(int u, int j) const { return codes.dim(u, j); }
     __device__ __forceinline__ void frags(const unsigned char* step, unsigned su, int u,
@@ -485,13 +527,17 @@ struct VTq {
         unsigned y[2];
         codes.token_codes(step, su, u, y);
 #pragma unroll
-        for (int p = 0; p < 2; ++p)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {  // dim 4gid + i: m-tile i / 2, row gid (+ 8 if odd)
-                const unsigned z = y[p] >> (B * i);
-                const unsigned idx = (z & M) | ((z >> (16 - B)) & (M << B));  // (t0, t1) codes
-                a[i >> 1][2 * p + (i & 1)] = tab[32 * idx];
-            }
+        for (int p = 0; p < 2; ++p) {
+            // y: code i of token 0 at bit B i, of token 1 at 16 + B i. Pair them: e02 holds the
+            // pair indices (c0 | c1 << B) of dims 0 and 2 at bits 0 and 2B, e13 those of 1 and 3.
+            const unsigned e02 = bit_select<MB>(y[p], y[p] >> (16 - B));
+            const unsigned e13 = bit_select<MB>(y[p] >> B, y[p] >> 16);
+            // dim 4gid + i: m-tile i / 2, row gid (+ 8 if i is odd)
+            a[0][2 * p] = tab.template at<0>(e02);
+            a[0][2 * p + 1] = tab.template at<0>(e13);
+            a[1][2 * p] = tab.template at<2 * B>(e02);
+            a[1][2 * p + 1] = tab.template at<2 * B>(e13);
+        }
     }
 };
 

@@ -270,3 +270,42 @@ def test_recorded_ladder_runs_name_their_rung_by_todays_table():
             assert rungs[r["rung"]] == r["impl"], r
         if r["family"] == "attention":
             assert rungs[r["rung"]] == _attention_rung_by_name(r["kernel"]), r
+
+
+def test_write_results_merge_by_kind_replaces_only_those_kinds(tmp_path):
+    """A run of some cache kinds (--kinds) replaces the old runs of its stages and kinds; other
+    kinds of the same stage, and other stages, stay."""
+
+    def att(kind, us):
+        shape = {"T": 8, "nb": 1, "kind": kind}
+        return _run(stage="attention", kernel=f"decode_attention {kind}", shape=shape, median_us=us)
+
+    first = [att("q8", 1.0), att("tq4", 2.0), _run(stage="norm", kernel="rms_norm")]
+    records.write_results(_doc(first), {}, tmp_path, "d")
+    again = [att("tq4", 3.0), att("tq2", 4.0)]
+    doc = dict(_doc(again, commit="fedcba9"), only=["attention"], kinds=["tq2", "tq4"])
+    records.write_results(doc, {}, tmp_path, "d", merge=True)
+    got, _ = records.read_results(tmp_path, "d")
+    assert [(r["kernel"], r["median_us"]) for r in got["runs"]] == [
+        ("decode_attention q8", 1.0),
+        ("rms_norm", 10.0),
+        ("decode_attention tq4", 3.0),
+        ("decode_attention tq2", 4.0),
+    ]
+    assert records.stage_and_kind(got["runs"][0]) == ("attention", "q8")
+    assert records.run_kind(got["runs"][1]) is None
+
+
+def test_case_kind_and_kind_list():
+    import argparse
+
+    from qwenref.bench import cli
+
+    assert cli.case_kind("decode_attention tq4", {"T": 1, "nb": 1}) == "tq4"
+    assert cli.case_kind("dense decode step q8", {"T": 1, "kind": "q8"}) == "q8"
+    assert cli.case_kind("rms_norm", {"rows": 1}) is None
+    assert cli.kind_list("tq4, tq2") == {"tq4", "tq2"}
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown cache kind"):
+        cli.kind_list("tq5")
+    kinds = {cli.case_kind(k, sh) for _, k, sh, _ in cli.case_list(quick=False)}
+    assert {"tq4", "tq3", "tq2", None} <= kinds

@@ -1,4 +1,5 @@
-"""python -m qwenref.bench [--quick] [--only STAGE[,STAGE...]] [--out DIR] [--dry]
+"""python -m qwenref.bench [--quick] [--only STAGE[,STAGE...]] [--kinds KIND[,KIND...]] [--out DIR]
+[--dry]
 
 Validate every GPU kernel against the golden model on the same inputs, then time it, and record
 the numbers (README.md, "GPU"; docs/performance.md renders them):
@@ -22,6 +23,10 @@ case; so is the graph-replayed layer step. Every time is measured by qwenref.tim
 `bytes` is what the kernel must move: each input read once, each output written once, counted
 from the shapes (counting.py). copy_gbps = 2 × bytes / time of a device-to-device copy of 1 GiB
 in the same run; pct_of_copy = 100 · gbps / copy_gbps.
+
+--only runs some stages and --kinds the cases of some cache kinds (cases of no kind left out);
+either merges into an existing results file, replacing the runs of what it ran (stages, or
+stages and kinds) and keeping the rest, each run with its own commit.
 
 The device machine has no .git: pass the commit the code was run at in QWENREF_COMMIT; without
 it the bench refuses to record (exit 2; --dry prints the table and writes nothing). A stage

@@ -19,7 +19,7 @@ from .context import Context
 from .ladder import LADDER
 from .records import device_slug, error_run, format_table, require_commit, write_results
 
-__all__ = ["STAGES", "case_list", "run_all", "stage_list", "main"]
+__all__ = ["STAGES", "case_list", "case_kind", "run_all", "stage_list", "kind_list", "main"]
 
 K = 1024  # tokens in a "k" of context
 STAGES = ("norm", "rope", "wht", "kvcache", "attention", "indexer", "gemv", "layer", "ladder")
@@ -163,13 +163,25 @@ def _qsa_runs(qk):
     return [("q8", 1)] if qk else [(kind, 1) for kind in CACHE_KINDS] + [("q8", 4)]
 
 
-def run_all(quick=False, only=None):
-    """Run the cases (all, or those of the stages in `only`) -> (ctx, n_failed)."""
+def case_kind(kernel, shape):
+    """The cache kind a case measures (its shape's "kind", else its name's last word when that
+    is a cache kind), or None."""
+    from ..layout import CACHE_KINDS
+
+    last = kernel.split()[-1]
+    return shape.get("kind") or (last if last in CACHE_KINDS else None)
+
+
+def run_all(quick=False, only=None, kinds=None):
+    """Run the cases (all, or those of the stages in `only`, and of the cache kinds in `kinds`:
+    a case of no kind is then left out) -> (ctx, n_failed)."""
     ctx = Context(quick)
     print(f"{ctx.device}: copy ceiling {ctx.copy_gbps:.1f} GB/s, L2 {ctx.l2 / 2**20:.0f} MiB")
     print(format_table([]).splitlines()[0])
     for stage, kernel, shape, fn in case_list(quick):
         if only and stage not in only:
+            continue
+        if kinds and case_kind(kernel, shape) not in kinds:
             continue
         n0 = len(ctx.runs)
         try:
@@ -210,6 +222,19 @@ def stage_list(text):
     return set(stages)
 
 
+def kind_list(text):
+    """--kinds's argument: comma-separated cache kinds -> a set (argparse error otherwise)."""
+    from ..layout import CACHE_KINDS
+
+    kinds = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in kinds if t not in CACHE_KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"unknown cache kind(s) {bad or text!r}; choose from {', '.join(CACHE_KINDS)}"
+        )
+    return set(kinds)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m qwenref.bench",
@@ -223,6 +248,13 @@ def main(argv=None):
         metavar="STAGE[,STAGE...]",
         help=f"run these stages of {','.join(STAGES)} (their runs replace those "
         f"stages' runs in an existing results file)",
+    )
+    ap.add_argument(
+        "--kinds",
+        type=kind_list,
+        metavar="KIND[,KIND...]",
+        help="run only the cases of these cache kinds (their runs replace those stages' runs "
+        "of the same kinds in an existing results file)",
     )
     ap.add_argument("--out", default="results", help="directory for <device>.json/.npz")
     ap.add_argument("--dry", action="store_true", help="print the table, record nothing")
@@ -244,7 +276,7 @@ def main(argv=None):
         except RuntimeError as e:
             print(f"qwenref.bench: {e}", file=sys.stderr)
         return 1
-    ctx, failed = run_all(args.quick, args.only)
+    ctx, failed = run_all(args.quick, args.only, args.kinds)
     print()
     print(format_table(ctx.runs, ctx.copy_gbps))
     doc = {
@@ -256,6 +288,7 @@ def main(argv=None):
         "l2_bytes": ctx.l2,
         "quick": bool(args.quick),
         "only": sorted(args.only) if args.only else None,
+        "kinds": sorted(args.kinds) if args.kinds else None,
         "runs": ctx.runs,
     }
     if args.dry:
@@ -264,7 +297,11 @@ def main(argv=None):
         for r in ctx.runs:
             r["commit"] = commit
         j, n = write_results(
-            doc, ctx.samples, args.out, device_slug(ctx.device), merge=args.only is not None
+            doc,
+            ctx.samples,
+            args.out,
+            device_slug(ctx.device),
+            merge=args.only is not None or args.kinds is not None,
         )
         print(f"\nwrote {j} and {n}")
     if failed:

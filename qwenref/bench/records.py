@@ -30,6 +30,8 @@ __all__ = [
     "require_commit",
     "bench_stage",
     "merge_results",
+    "run_kind",
+    "stage_and_kind",
     "read_results",
     "write_results",
     "device_slug",
@@ -215,9 +217,12 @@ def require_commit(env=None):
 
 def merge_results(doc, samples, old_doc, old_samples):
     """Keep old_doc's runs of the stages `doc` did not run (each run carries its own commit),
-    then doc's runs; sample keys renumbered to the merged order. -> (doc, samples)."""
-    ran = {bench_stage(r) for r in doc["runs"]}
-    kept = [(i, r) for i, r in enumerate(old_doc.get("runs", [])) if bench_stage(r) not in ran]
+    then doc's runs; sample keys renumbered to the merged order. A doc of some cache kinds alone
+    (doc["kinds"], --kinds) replaces only the old runs of its stages and kinds. -> (doc,
+    samples)."""
+    key = stage_and_kind if doc.get("kinds") else bench_stage
+    ran = {key(r) for r in doc["runs"]}
+    kept = [(i, r) for i, r in enumerate(old_doc.get("runs", [])) if key(r) not in ran]
     runs, merged = [], {}
     for i, r in kept:
         if i in old_samples:
@@ -231,6 +236,16 @@ def merge_results(doc, samples, old_doc, old_samples):
     if doc.get("only") is not None:  # the file now holds every merged stage, not just doc's
         merged_doc["only"] = sorted({bench_stage(r) for r in runs})
     return merged_doc, merged
+
+
+def run_kind(run):
+    """The cache kind a run measured (its shape's "kind"), or None."""
+    return run["shape"].get("kind") if isinstance(run.get("shape"), dict) else None
+
+
+def stage_and_kind(run):
+    """(bench_stage, run_kind) of a run: what a run of some cache kinds replaces."""
+    return bench_stage(run), run_kind(run)
 
 
 def bench_stage(run):
