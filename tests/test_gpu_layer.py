@@ -11,7 +11,7 @@ import pytest
 
 import qwenref
 from qwenref import golden
-from qwenref.layout import CACHE_KINDS
+from qwenref.layout import CACHE_KINDS, TQ_KINDS
 
 pytestmark = pytest.mark.gpu
 
@@ -198,11 +198,17 @@ def _drive(cfg, w, kind, weight_format, rng, steps=STEPS, tol=None, rungs=None):
     return n_sel
 
 
+def _for_kind(cfg, kind):
+    """The tq kinds decode on the mma rung alone, which takes head_dim 128 / 256: their layer
+    runs at head_dim 128 (rotary_dim 32, the WHT over 128)."""
+    return cfg.replace(head_dim=128) if kind in TQ_KINDS else cfg
+
+
 @pytest.mark.parametrize("weight_format", ["f32", "q8"])
 @pytest.mark.parametrize("kind", CACHE_KINDS)
 def test_layer_selective_matches_golden(tiny_cfg, rng, kind, weight_format):
-    w = _weights(tiny_cfg, rng)
-    n_sel = _drive(tiny_cfg, w, kind, weight_format, rng)
+    cfg = _for_kind(tiny_cfg, kind)
+    n_sel = _drive(cfg, _weights(cfg, rng), kind, weight_format, rng)
     # rows 39..50 are selective: the test really went through the indexer's path
     assert n_sel == 12
 
@@ -210,7 +216,7 @@ def test_layer_selective_matches_golden(tiny_cfg, rng, kind, weight_format):
 @pytest.mark.parametrize("weight_format", ["f32", "q8"])
 @pytest.mark.parametrize("kind", CACHE_KINDS)
 def test_layer_dense_matches_golden(tiny_cfg, rng, kind, weight_format):
-    cfg = _dense(tiny_cfg)
+    cfg = _dense(_for_kind(tiny_cfg, kind))
     _drive(cfg, _weights(cfg, rng), kind, weight_format, rng)
 
 
