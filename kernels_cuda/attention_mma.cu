@@ -2,7 +2,9 @@
 // operands, fp32 accumulation) for every cache kind: attn_partials_<kind>_mma_n<NT8> (dense
 // rows, NT8 = 1..4) and attn_partials_<kind>_mma_sel_n1 (one row that may be selective), plus
 // attn_mma_smem_bytes. <kind>: q8, bf16, turbo8/4/3/2, bf16_turbo4/3/2 (bf16 K, turbo V), or
-// tq4/3/2 (codebook: golden's tq_codebook(b), float32 [2^b]; null for the other kinds).
+// tq4/3/2 (codebook: golden's tq_codebook(b) times f, then 1/f, float32 [2^b + 1]: f puts the
+// codebook's values where fp16 holds them best, gpu.kvcache.tq_fp16_scale; null for the other
+// kinds).
 // Golden: qwenref/golden/attention.py attn_partials. Same outputs as attention_v1.cu's
 // attn_partials_<K>_<V> (m, l [nb, S, nh], o [nb, S, nh, hd], golden's per-row split_bounds;
 // attention_combine.cu merges them, and inverse-rotates a turbo V), for all nb rows of a batch
@@ -182,15 +184,19 @@ __device__ __forceinline__ void partials_mma(
         }
         cp_commit();
     }
-    if constexpr (L::TQB > 0) {  // tq: entry e = (C[e & m], C[e >> B]) in every bank (kv_tile.cuh)
+    // tq: entry e = (fC[e & m], fC[e >> B]) in every bank (kv_tile.cuh); codebook[NC] = 1/f goes
+    // into q (K) and P (V), so that scores and O are those of C itself
+    float inv_f = 1.f;
+    if constexpr (L::TQB > 0) {
         constexpr int NC = 1 << L::TQB;
         for (int i = tid; i < NC * NC * 32; i += NT) {
             const int e = i >> 5;
             sTab[i] = pack_h2(codebook[e & (NC - 1)], codebook[e >> L::TQB]);
         }
+        inv_f = codebook[NC];
     }  // prepare_q's barrier publishes it
     const float sinv =
-        prepare_q<KL, NT8>(q, g, nh, ncv, qscale, reinterpret_cast<unsigned*>(sQ), sQmax);
+        prepare_q<KL, NT8>(q, g, nh, ncv, qscale * inv_f, reinterpret_cast<unsigned*>(sQ), sQmax);
 
     // ---- per-thread column state: columns 8*n8 + 2*tig + j ------------------------------------
     int clo[NT8][2], chi[NT8][2];
@@ -237,7 +243,7 @@ __device__ __forceinline__ void partials_mma(
         __syncthreads();
 
         online_softmax<L, VL, NT8>(s, sRed, mrun, lpart, O, sP,
-                                   sDv + (buf * BT + warp * 16 + gid) * VL::SC, warp, lane);
+                                   sDv + (buf * BT + warp * 16 + gid) * VL::SC, inv_f, warp, lane);
         __syncthreads();
         p_dot_v<L, VL, NT8>(vl, sV + buf * BT * VRS, smem_u32(sV + buf * BT * VRS),
                             sDv + buf * BT * VL::SC, sP, warp, lane, O);

@@ -362,12 +362,13 @@ __device__ __forceinline__ void mask_and_max(float (&s)[NT8][4], int tw, const S
 // ---- online softmax: running max and l per column, O rescaled, P = p * 2^PS to shared memory --
 // Every thread combines the NW warp maxima of its columns (all warps hold the same running max),
 // alpha = 2^(m_old - m_new), p = 2^(s - m_new); bf16 V: P as bf16 hi and lo planes; a tq V:
-// P times the token's gamma (dvr: the V scale row of the thread's token gid).
+// P times the token's gamma (dvr: the V scale row of the thread's token gid) and vinv (1/f: the
+// table holds f times the codebook).
 template <class L, class VL, int NT8>
 __device__ __forceinline__ void online_softmax(const float (&s)[NT8][4], const float* sRed,
                                                float (&mrun)[NT8][2], float (&lpart)[NT8][2],
                                                float (&O)[2 * Cfg<NT8>::GPW][NT8][4], __half* sP,
-                                               const __half* dvr, int warp, int lane) {
+                                               const __half* dvr, float vinv, int warp, int lane) {
     constexpr int NW = Cfg<NT8>::NW, GPW = Cfg<NT8>::GPW, BT = Cfg<NT8>::BT;
     const int gid = lane >> 2, tig = lane & 3;
     float alpha[NT8][2], pa[NT8][2], pb[NT8][2];
@@ -390,8 +391,8 @@ __device__ __forceinline__ void online_softmax(const float (&s)[NT8][4], const f
             pa[n8][jj] = p0 * float(1 << MMA_PS);  // exact: the P scale 2^PS
             pb[n8][jj] = p1 * float(1 << MMA_PS);
             if constexpr (VL::ROW_SCALE) {  // tq: V's gamma of tokens gid, gid + 8 goes into P
-                pa[n8][jj] *= __half2float(dvr[0]);
-                pb[n8][jj] *= __half2float(dvr[8 * VL::SC]);
+                pa[n8][jj] *= __half2float(dvr[0]) * vinv;
+                pb[n8][jj] *= __half2float(dvr[8 * VL::SC]) * vinv;
             }
         }
     // rescale O only when some column's max moved (late in a split it rarely does: the

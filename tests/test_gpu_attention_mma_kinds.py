@@ -10,9 +10,11 @@ attn_combine of those (out), inverse-rotated where V is.
 
 Tolerance, per kind, from what the kernel rounds (u16 = 2^-11 fp16, ub = 2^-8 bf16):
   * K operands are exact (int8, bf16, and turbo codes as the half-integers c - (2^N - 1)/2 in
-    fp16; the scale multiplies an fp32 sum) except tq's, its codebook values rounded to fp16:
-    each is off by <= u16 relative, so U_Q = u16 in the score bound below (tq's gamma multiplies
-    the fp32 score, and V's gamma goes into P: P' = fp16(p 2^PS gamma)). q goes in as hi + lo:
+    fp16; the scale multiplies an fp32 sum) except tq's: its table holds fp16(f C), f chosen so
+    those round least (gpu.kvcache.tq_fp16_scale), and q carries 1/f in float32: each value is
+    off by at most the table's own relative error (<= 1e-4, computed below) plus float32
+    rounding, U_Q in the score bound below (tq's gamma multiplies the fp32 score, and V's gamma
+    and 1/f go into P: P' = fp16(p 2^PS gamma / f)). q goes in as hi + lo:
     fp16 pairs carry ~22 bits (a float32-level error, inside REL as for q8), bf16 pairs (bf16 K)
     |q - hi - lo| <= ub^2 |q|, U_Q = ub^2. A score then moves by at most
     U_Q * sum_i |q_i k_i| * hd^-0.5 * log2(e) =: U_Q * sb. That moves m by <= U_Q sb and each
@@ -35,7 +37,8 @@ from test_gpu_attention_mma import make_cfg, make_q, poisoned, selection
 
 import qwenref.gpu.attention as gpu_attention
 from qwenref import golden
-from qwenref.layout import side_kinds
+from qwenref.gpu.kvcache import tq_fp16_scale
+from qwenref.layout import side_kinds, tq_bits
 
 pytestmark = pytest.mark.gpu
 
@@ -48,10 +51,19 @@ KINDS = [k for k in golden.CACHE_KINDS if side_kinds(k) in gpu_attention.MMA_KIN
 KINDS_V1 = [k for k in KINDS if side_kinds(k) not in gpu_attention.MMA_ONLY_PAIRS]
 
 
+def tq_table_error(bits):
+    """The largest relative error of the decode table's fp16(f C) against f C, plus float32's
+    (f C and 1/f are float32 products)."""
+    v = golden.tq_codebook(bits).astype(np.float32) * tq_fp16_scale(bits)
+    err = np.abs(v.astype(np.float16).astype(np.float64) / v.astype(np.float64) - 1.0).max()
+    return float(err) + 2.0**-22
+
+
 def u_q(kind):
-    if side_kinds(kind)[0].startswith("tq"):
-        return U16  # tq K: the codebook rounded to fp16 once, the same value for every use
-    return UB * UB if side_kinds(kind)[0] == "bf16" else 0.0
+    k_side = side_kinds(kind)[0]
+    if k_side.startswith("tq"):  # the same table value for every use of a code
+        return tq_table_error(tq_bits(k_side))
+    return UB * UB if k_side == "bf16" else 0.0
 
 
 def u_pv(kind):

@@ -348,6 +348,24 @@ def test_tq_caches_refuse_bad_appends_unchanged(rng):
             golden.KVCache(cfg, 8, kind=bad)
 
 
+@pytest.mark.parametrize("bits,most", [(2, 1e-6), (3, 3e-5), (4, 1e-4)])
+def test_decode_table_scale_puts_the_codebook_where_fp16_holds_it(bits, most):
+    """The tensor-core decode's table holds fp16(f C): f in [1, 2), a multiple of 2^-20, rounds
+    the codebook at most `most` relative (u16 = 4.9e-4; at f = 1 the error is 2e-4 to 3e-4),
+    and no f of the grid does better."""
+    from qwenref.gpu.kvcache import tq_fp16_scale
+
+    def err(f):
+        v = golden.tq_codebook(bits).astype(np.float64) * f
+        return np.abs(v.astype(np.float16).astype(np.float64) / v - 1.0).max()
+
+    f = float(tq_fp16_scale(bits))
+    assert 1.0 <= f < 2.0 and f * 2**20 == int(f * 2**20)
+    assert err(f) <= most < err(1.0)
+    grid = 1.0 + np.arange(0, 1 << 20, 997) / (1 << 20)  # a sample of the grid
+    assert err(f) <= min(err(g) for g in grid)
+
+
 def test_gpu_decode_plan_of_tq_kinds():
     """The GPU decode of a tq cache runs on the mma rung alone; the tiny config's head_dim 64 is
     not one of mma's, and the plan says so by name before anything runs (no GPU is needed to

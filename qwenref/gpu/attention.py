@@ -91,7 +91,7 @@ from .attention_splits import (
     device_limits,
     mma_n_splits,
 )
-from .kvcache import tq_codebook_device
+from .kvcache import tq_decode_table
 
 # the calls, then the plan's public names (attention_plan, attention_splits), so one import
 # serves callers of all three
@@ -290,7 +290,7 @@ def _launch_partials(c, cfg, m, l, o):
     if p.rung == "mma":
         # the kernel reads q as float4: a contiguous view at an odd offset gets an aligned copy
         q = c.q if c.q.data.ptr % 16 == 0 else c.q.copy()
-        codebook = _ptr(tq_codebook_device(c.tq_bits) if c.tq_bits else None)
+        codebook = _ptr(tq_decode_table(c.tq_bits) if c.tq_bits else None)
         kv = (c.kd, _ptr(c.ks), c.vd, _ptr(c.vs))
         for b0, b1 in _row_groups(c.nb, p.rows):  # row b0 of a group is the kernel's row 0
             rows = (np.int32(c.max_t), np.int32(c.base_pos + b0), np.int32(b1 - b0))

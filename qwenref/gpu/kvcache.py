@@ -15,6 +15,8 @@ the same bytes. f32 and bf16 sides use kvcache.cu's copies for every rung.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._args import bits_arg
@@ -169,7 +171,7 @@ def turbo_dequantize(codes, d, bits, out=None):
 
 # ---- tq-b ------------------------------------------------------------------------------------
 _TQ_MAX_N = 1024  # the row of kv_append_tq_n<n> is held in one warp's registers
-_TQ_TABLES = {}  # (device id, bits) -> the codebook on that device
+_TQ_TABLES = {}  # (device id, bits[, "decode"]) -> the codebook (the decode's table) there
 
 
 def tq_codebook_device(bits):
@@ -185,6 +187,34 @@ def tq_codebook_device(bits):
 def tq_codebook(bits):
     """golden.tq_codebook(bits) (float32 [2^bits], ascending) as a cupy array of one's own."""
     return tq_codebook_device(bits).copy()
+
+
+@functools.lru_cache(maxsize=None)
+def tq_fp16_scale(bits):
+    """f: the float32 in [1, 2) (a multiple of 2^-20) whose codebook f * C rounds to float16
+    with the least relative error (the tensor-core decode's table holds fp16(f C) and takes 1/f
+    back in q and P: tq2 to 3e-7, tq3 2e-5, tq4 9e-5, against 2e-4 to 3e-4 at f = 1). Host
+    numpy, no GPU."""
+    c = golden_tq_codebook(bits).astype(np.float64)
+    f = 1.0 + np.arange(1 << 20, dtype=np.float64) / (1 << 20)
+    err = np.zeros(f.size)
+    for v in c:  # one codebook value at a time: memory stays at the grid's size
+        fv = f * v
+        err = np.maximum(err, np.abs(fv.astype(np.float16).astype(np.float64) / fv - 1.0))
+    return np.float32(f[int(np.argmin(err))])
+
+
+def tq_decode_table(bits):
+    """The tensor-core decode's codebook on the current device, made once per (device, bits):
+    float32 [2^bits + 1], f * C (f = tq_fp16_scale(bits)) then 1/f; callers must not write to
+    it."""
+    cp = cupy()
+    key = (cp.cuda.Device().id, bits, "decode")
+    if key not in _TQ_TABLES:
+        f = tq_fp16_scale(bits)
+        c = golden_tq_codebook(bits).astype(np.float32) * f
+        _TQ_TABLES[key] = cp.asarray(np.append(c, np.float32(1.0) / f).astype(np.float32))
+    return _TQ_TABLES[key]
 
 
 def _tq_width(name, n):
