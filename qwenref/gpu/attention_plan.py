@@ -311,14 +311,6 @@ def _mma_why_not(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, options, ma
     return None
 
 
-def _mma_rows(n_rep, nb, selective):
-    """Rows per launch of a tq pair's mma kernel: all nb where they fit one launch, else as
-    many as do (MMA_MAX_COLS columns dense; a selective kernel reads one row's token list)."""
-    if selective:
-        return 1
-    return nb if nb * n_rep <= MMA_MAX_COLS else max(MMA_MAX_COLS // n_rep, 1)
-
-
 def _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max_smem):
     """(rung, why, rows per launch or None): impl when given (ValueError where mma does not
     apply), else "mma" where it applies, else "v1" and the first reason it does not; a tq pair:
@@ -329,7 +321,10 @@ def _rung(k_kind, v_kind, hd, n_rep, nb, sparse_v, selective, impl, options, max
                 f"impl={impl!r} does not apply: cache kinds ({k_kind}, {v_kind}) decode on the "
                 f"mma rung only"
             )
-        rows = _mma_rows(n_rep, nb, selective)
+        # rows per launch: all where they fit one (MMA_MAX_COLS columns), else as many as do; a
+        # selective kernel reads one row's token list
+        rows = nb if nb * n_rep <= MMA_MAX_COLS else max(MMA_MAX_COLS // n_rep, 1)
+        rows = 1 if selective else rows
         why = _mma_why_not(k_kind, v_kind, hd, n_rep, rows, sparse_v, selective, options, max_smem)
         if why is not None:
             raise ValueError(
