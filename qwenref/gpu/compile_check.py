@@ -21,7 +21,8 @@ runs v1 instead of the others: qwenref/gpu/attention_plan.py).
 
 Each file of kernels_cuda/ is also compiled as the file on disk, the way a reader builds one by
 hand: `nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -ptx X.cu` (AS_FILE_FLAGS: the C++ compile to
-PTX; the pasted builds above already run ptxas on the same code). This checks
+PTX; the pasted builds above already run ptxas on the same code; attention_mma.cu with one kind's
+-D, AS_FILE_DEFINES). This checks
 what pasting hides: a header without its include guard, or one that does not compile where it
 is included. Both checks share one pool of `--jobs` nvcc processes, the longest builds first,
 and the same cache. Every *.cu in kernels_cuda/ is checked, so a new file is picked up by
@@ -55,6 +56,7 @@ __all__ = [
     "find_nvcc",
     "check_files",
     "AS_FILE_FLAGS",
+    "AS_FILE_DEFINES",
     "FileBuild",
     "check_as_files",
     "check_all",
@@ -65,15 +67,21 @@ __all__ = [
     "main",
 ]
 
-# Ampere A100 (80), Ampere consumer (86), Ada (89) and Hopper (90). sm_87 (Jetson Orin) is left
-# out, and so is Hopper's arch-specific sm_90a: no kernel uses what only it has (wgmma,
-# setmaxnreg), so its build would repeat sm_90's, at a fifth of the check's time.
-ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90")
+# Ampere A100 (80), Ampere consumer (86) and Hopper (90). Ada (89) runs sm_86's code (a cubin
+# runs on any later minor version of its major) with sm_86's limits for these kernels (99 KiB a
+# block, no fp8 used), so its build would repeat sm_86's at a quarter of the check's time;
+# sm_87 (Jetson Orin) is left out, and so is Hopper's arch-specific sm_90a: no kernel uses what
+# only it has (wgmma, setmaxnreg).
+ARCHS = ("sm_80", "sm_86", "sm_90")
 ARCH = "sm_90"  # the per-kernel table's architecture: the kernels are tuned on an H200
 FLAGS = ("-std=c++17", "-Xptxas", "-v")
 _CACHE_FORMAT = 1  # bump when the JSON layout changes, so old entries miss
 # the as-file build: one arch (ARCH), the headers found through -I kernels_cuda, a cubin
 AS_FILE_FLAGS = ("-std=c++17", "-ptx")  # the C++ compile; ptxas runs on the pasted builds
+# per file, the -D options of its as-file build: attention_mma.cu builds one kind there, as the
+# wrapper builds one a module (its includes are the same for every kind; the pasted build
+# compiles them all)
+AS_FILE_DEFINES = {"attention_mma.cu": ("-DMMA_KIND_q8",)}
 
 # Shared memory one block may opt into per architecture (cudaDevAttrMaxSharedMemoryPerBlockOptin;
 # CUDA C++ Programming Guide, technical specifications per compute capability): what the plan
@@ -149,7 +157,7 @@ def parse_ptxas(text: str) -> list[KernelInfo]:
 
 def _gencodes(archs, text: str = "") -> list[str]:
     """-gencode flags for archs. Targets of one family share one front-end pass (compute_80's
-    PTX for sm_80 / 86 / 89, compute_90's for sm_90; ptxas still builds each target) when
+    PTX for sm_80 / 86, compute_90's for sm_90; ptxas still builds each target) when
     the source never tests __CUDA_ARCH__, so the PTX could not differ between them: the front
     end is most of a template-heavy file's build time (attention_mma.cu). Otherwise one pass
     per arch."""
@@ -360,6 +368,7 @@ def _build_as_file(path: Path, nvcc: str, arch: str) -> FileBuild:
             nvcc,
             f"-arch={arch}",
             *AS_FILE_FLAGS,
+            *AS_FILE_DEFINES.get(path.name, ()),
             "-I",
             str(path.parent),
             "-o",
@@ -384,7 +393,8 @@ def _check_as_file(path: Path, nvcc: str, arch: str, cache_dir: Path | None) -> 
         except FileNotFoundError:  # a missing header: the build says so
             text = None
         if text is not None:
-            key = _key("as-file " + " ".join(AS_FILE_FLAGS) + "\0" + text, nvcc, (arch,))
+            flags = " ".join(AS_FILE_FLAGS + AS_FILE_DEFINES.get(path.name, ()))
+            key = _key("as-file " + flags + "\0" + text, nvcc, (arch,))
             entry = cache_dir / f"{path.stem}-file-{arch[3:]}-{key[:20]}.json"
     if entry is not None and entry.is_file():
         try:
@@ -443,8 +453,9 @@ def mma_smem_requests() -> dict:
     }
 
 
-def mma_smem_table(sizes: dict, archs=ARCHS) -> list[str]:
-    """One line per arch: how many of the kernels in sizes ({kernel: dynamic shared memory
+def mma_smem_table(sizes: dict, archs=tuple(SMEM_OPTIN)) -> list[str]:
+    """One line per arch of SMEM_OPTIN (those built or not: the plan reads the device's limit
+    wherever it runs): how many of the kernels in sizes ({kernel: dynamic shared memory
     bytes}) fit what one block may opt into there (SMEM_OPTIN), and which do not: there the
     plan runs v1 instead. The other kernels' shared memory stays under the 48 KB every arch
     allows."""
@@ -547,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  " + _arch_line(a, results))
     if any(r.name == _MMA_FILE for r in results):
         print("mma attention kernels' dynamic shared memory, per arch (what a block may opt into):")
-        for line in mma_smem_table(mma_smem_requests(), archs):
+        for line in mma_smem_table(mma_smem_requests()):
             print("  " + line)
     if as_files:
         bad = [b for b in as_files if not b.ok]
