@@ -47,9 +47,12 @@ __device__ float warp_sum_v0(float x) {
 }
 
 // Element i of golden's wht: sum_j (-1)^popcount(i & j) x_j / sqrt(HD). H is symmetric and
-// orthonormal after the scale, so the same sum is also the inverse.
+// orthonormal after the scale, so the same sum is also the inverse. Unrolled by 4, not whole: a
+// lane's HD / 32 calls unrolled whole are one body of 2048 adds at hd 256, which ptxas spills
+// at 255 registers on sm_80 / sm_86 (20 s of ptxas per arch; no spill and 1 s this way).
 __device__ float wht_at_v0(const float* x, int i) {
     float acc = 0.f;
+#pragma unroll 4
     for (int j = 0; j < HD; ++j) acc += (__popc(i & j) & 1) ? -x[j] : x[j];
     return acc * (1.f / sqrtf((float)HD));
 }
