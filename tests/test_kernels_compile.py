@@ -1,7 +1,7 @@
 """Every kernels_cuda/*.cu builds with nvcc for every architecture in compile_check.ARCHS (CI
 has nvcc, no GPU), as the text NVRTC compiles (headers pasted in), and once more as the file on
 disk (`nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -ptx`); the ptxas report parser reads what
-nvcc prints. The builds come from compile_check's cache: `make test` runs compile_check first,
+nvcc prints. The builds come from compile_check's cache: `make test` runs compile_check before,
 so these tests read its results instead of building everything again."""
 
 import functools
