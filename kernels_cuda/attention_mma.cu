@@ -19,8 +19,8 @@
 // -DMMA_NSTAGE, -DMMA_UNROLL_G, -DMMA_MINB_N1. Sparse V uses v1.
 // Bytes per kv head, T tokens of the rows' union, for all rows together: K and V stored rows
 // (q8 hd + hd/32*2, turboN hd*N/8 + hd/16*2, tqB hd*B/8 + 2, bf16 2*hd; hd 256: 544, 320
-// (turbo4), 260 (tq4), 1024 B per token for K+V), plus q (nb*nh*hd*4) and the partials nb*S*nh*(hd+2)*4 (read again by the
-// combine).
+// (turbo4), 260 (tq4), 1024 B per token for K+V), plus q (nb*nh*hd*4) and the partials
+// nb*S*nh*(hd+2)*4 (read again by the combine).
 // Precision (vs golden float64). Scores: q as hi + lo (fp16: ~22 bits, pre-scaled by a power of
 // two per CTA putting max|q| in [2^13, 2^14), so neither overflows nor goes subnormal in a way
 // that matters; bf16 K: bf16 hi + lo, ~16 bits), K exact (int8, bf16, turbo half-integers),

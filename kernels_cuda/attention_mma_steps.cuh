@@ -114,7 +114,8 @@ __device__ __forceinline__ void copy_rows(unsigned dst, const unsigned char* src
 // Warp w takes columns w, w + NW, ...; lane l holds dims [E l, E l + E) of each (E = HD/32, the
 // layout of wht_regs, which rotates them in registers). Fragment entry (k-step, n8, lane
 // (c % 8) * 4 + tig) is {hi.b0, hi.b1, lo.b0, lo.b1}: b0 / b1 = the dims KL::PERM assigns to
-// k-indices (2tig, 2tig+1) / (2tig+8, 2tig+9), a dim d taking the place KL::qpos(d) of that order. Returns 2^-e, the factor that undoes the scale.
+// k-indices (2tig, 2tig+1) / (2tig+8, 2tig+9), a dim d taking the place KL::qpos(d) of that
+// order. Returns 2^-e, the factor that undoes the scale.
 template <class KL, int NT8>
 __device__ __forceinline__ float prepare_q(const float* __restrict__ q, int g, int nh, int ncv,
                                            float qscale, unsigned* sQw, float* sQmax) {

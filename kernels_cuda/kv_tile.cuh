@@ -442,11 +442,6 @@ struct TqTable {
         const unsigned off = lop_or_magic<(M2 << 7)>(__funnelshift_l(x, x, (7 - F) & 31), lane4);
         return *reinterpret_cast<const unsigned*>(base + off);
     }
-    // the same for a bit position known at run time (rot = (7 - f) & 31)
-    __device__ __forceinline__ unsigned at_rot(unsigned x, int rot) const {
-        const unsigned off = lop_or_magic<(M2 << 7)>(__funnelshift_l(x, x, rot), lane4);
-        return *reinterpret_cast<const unsigned*>(base + off);
-    }
 };
 
 // (a & MASK) | (b & ~MASK) in one LOP3
@@ -458,9 +453,10 @@ __device__ __forceinline__ unsigned bit_select(unsigned a, unsigned b) {
 }
 
 // K: thread tig takes in k-step 2gi + k the dims 32gi + 8tig + 4k + j (j < 4), so its codes of
-// both k-steps of a gi sit together (4B bits from bit 32B gi + 8B tig: a word for tq4, a half-word
-// for tq2, 24 bits across two words for tq3): one load (two for tq3) gives four lookups. qpos tells prepare_q where a dim
-// sits in the PERM order (k-step 2gi + k, thread tig, j), so q's fragments match.
+// both k-steps of a gi sit together (4B bits from bit 32B gi + 8B tig: a word for tq4, a
+// half-word for tq2, 24 bits across two words for tq3): one load (two for tq3) gives four
+// lookups. qpos tells prepare_q where a dim sits in the PERM order (k-step 2gi + k, thread tig,
+// j), so q's fragments match.
 template <int B>
 struct KTq {
     static_assert(B == 2 || B == 3 || B == 4, "tq K: B in {2, 3, 4}");

@@ -211,28 +211,27 @@ def _versions(ctx):
     }
 
 
+def _names(text, allowed, what):
+    """Comma-separated names, each one of `allowed` -> a set (argparse error naming `what`)."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in names if t not in allowed]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {bad or text!r}; choose from {', '.join(allowed)}"
+        )
+    return set(names)
+
+
 def stage_list(text):
     """--only's argument: comma-separated names of STAGES -> a set (argparse error otherwise)."""
-    stages = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in stages if t not in STAGES]
-    if bad or not stages:
-        raise argparse.ArgumentTypeError(
-            f"unknown stage(s) {bad or text!r}; choose from {', '.join(STAGES)}"
-        )
-    return set(stages)
+    return _names(text, STAGES, "stage(s)")
 
 
 def kind_list(text):
     """--kinds's argument: comma-separated cache kinds -> a set (argparse error otherwise)."""
     from ..layout import CACHE_KINDS
 
-    kinds = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in kinds if t not in CACHE_KINDS]
-    if bad or not kinds:
-        raise argparse.ArgumentTypeError(
-            f"unknown cache kind(s) {bad or text!r}; choose from {', '.join(CACHE_KINDS)}"
-        )
-    return set(kinds)
+    return _names(text, CACHE_KINDS, "cache kind(s)")
 
 
 def main(argv=None):
