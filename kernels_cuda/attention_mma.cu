@@ -47,7 +47,8 @@
 // zero-filled). Per block (each step one function of attention_mma_steps.cuh):
 //  scores      warp w takes tokens [16w, 16w+16): S^T[t, c] = sum_g d_k[t,g] * (K[t, g] . Q^T[g, c])
 //              with A = K (the K loader's fragments), B = q hi and lo (two MMAs), one fresh fp32
-//              C per scale group, then FFMA by d_k. Column max over the warp's 16 tokens.
+//              C per scale group, then FFMA by d_k (unscaled K, bf16 and tq: the MMAs accumulate
+//              in place, in independent chains). Column max over the warp's 16 tokens.
 //  softmax     every thread combines the NW warp maxima of its columns (all warps hold the same
 //              running max m), alpha = 2^(m_old - m_new), p = 2^(s - m_new), per-thread partial l,
 //              and writes P[t][c] = p * 2^PS (2^PS keeps fp16 P normal) to shared memory.
@@ -71,7 +72,7 @@
 #define MMA_NW 0  // warps per CTA; 0 = Cfg's rule (attention_mma.cuh)
 #endif
 #ifndef MMA_MINB_N1
-#define MMA_MINB_N1 1  // CTAs per SM the NT8 = 1 kernels are built for (__launch_bounds__)
+#define MMA_MINB_N1 0  // CTAs per SM the NT8 = 1 kernels are built for; 0: the kind's (minb_n1)
 #endif
 // the mma kernels exist only for hd 128 / 256 (the wrapper uses v1 otherwise)
 #if (ATTN_HD == 128 || ATTN_HD == 256) && (MMA_NW == 0 || (ATTN_HD / 32) % MMA_NW == 0)
@@ -260,7 +261,7 @@ __device__ __forceinline__ void partials_mma(
 // with sel_n given). Same parameters, so the wrapper launches all alike; scales are null for bf16.
 #define ATTN_PARTIALS_MMA(KIND, KL, VL, SFX, NT8, SEL)                                             \
     extern "C" __global__ void __launch_bounds__(mma_attn::Cfg<NT8>::NT,                           \
-                                                 NT8 == 1 ? MMA_MINB_N1 : 1)                       \
+                                                 NT8 == 1 ? mma_attn::minb_n1<KL>() : 1)           \
         attn_partials_##KIND##_mma_##SFX(                                                          \
             const float* q, const void* kq, const __half* kd, const void* vq, const __half* vd,    \
             int max_t, int base_pos, int nb, const int* sel_idx, const int* sel_n, int sel_w,      \

@@ -45,6 +45,16 @@ struct Cfg {
     static __device__ __forceinline__ int group(int warp, int idx) { return warp * GPW + idx; }
 };
 
+// CTAs per SM the NT8 = 1 kernels are built for (__launch_bounds__; -DMMA_MINB_N1 overrides): tq's
+// three (they fit 168 registers at no cost in instructions, and at hd 256 75,568 B of shared
+// memory at most, so three CTAs share an SM and the plan's split count follows), the others'
+// one (two CTAs fit either way; held to 168 registers, q8 and turbo4 ran 10 % slower at 32k
+// tokens: docs/tuning-log.md).
+template <class KL>
+constexpr int minb_n1() {
+    return MMA_MINB_N1 > 0 ? MMA_MINB_N1 : (KL::TQB > 0 ? 3 : 1);
+}
+
 // All of a CTA's shared memory is this one dynamic layout. Keep it so: a 16-byte static
 // __shared__ array beside it (a ticket ring) makes every mma kernel markedly slower by moving
 // where the dynamic part starts; as a slot here it costs nothing (docs/tuning-log.md).

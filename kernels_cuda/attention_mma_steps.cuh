@@ -184,10 +184,54 @@ __device__ __forceinline__ float prepare_q(const float* __restrict__ q, int g, i
 }
 
 // ---- scores of the warp's 16 tokens for every column --------------------------------------------
+// K without a scale per group (bf16, tq): the MMAs accumulate in place, in NA chains per column
+// tile taken by the units in turn (independent chains keep the tensor pipe issuing; one fresh C
+// per unit summed by FADDs cost 4 NT8 FADDs a unit), summed at the end. NA * NT8 chains: 4 at one
+// tile, 4 or 6 at two or three, 4 at four (no more: NT8 = 4 is at the register limit).
 template <class KL, int NT8>
-__device__ __forceinline__ void scores(const KL& kl, const unsigned char* ktile, unsigned ktile_u,
-                                       const __half* dkr, const uint4* sQ, int lane,
-                                       float (&s)[NT8][4]) {
+__device__ __forceinline__ void scores_unscaled(const KL& kl, const unsigned char* ktile,
+                                                unsigned ktile_u, const uint4* sQ, int lane,
+                                                float (&s)[NT8][4]) {
+    constexpr int NA = NT8 == 1 ? 4 : (NT8 <= 3 ? 2 : 1);
+    static_assert(Cfg<NT8>::UG % NA == 0, "the chain of a unit must be known at compile time");
+    float acc[NT8][NA][4];
+#pragma unroll
+    for (int n8 = 0; n8 < NT8; ++n8)
+#pragma unroll
+        for (int c = 0; c < NA; ++c)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[n8][c][i] = 0.f;
+#pragma unroll Cfg < NT8> ::UG
+    for (int gi = 0; gi < NG; ++gi) {
+        unsigned a[2][4];
+        kl.frags(ktile, ktile_u, gi, a);
+#pragma unroll
+        for (int n8 = 0; n8 < NT8; ++n8) {
+            const uint4 q0 = sQ[((2 * gi) * NT8 + n8) * 32 + lane];
+            const uint4 q1 = sQ[((2 * gi + 1) * NT8 + n8) * 32 + lane];
+            float (&c)[4] = acc[n8][gi % NA];
+            mma16816_t<KL::BF16>(c, a[0], q0.x, q0.y);
+            mma16816_t<KL::BF16>(c, a[0], q0.z, q0.w);
+            mma16816_t<KL::BF16>(c, a[1], q1.x, q1.y);
+            mma16816_t<KL::BF16>(c, a[1], q1.z, q1.w);
+        }
+    }
+#pragma unroll
+    for (int n8 = 0; n8 < NT8; ++n8)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float t = acc[n8][0][i];
+#pragma unroll
+            for (int c = 1; c < NA; ++c) t += acc[n8][c][i];
+            s[n8][i] = t;
+        }
+}
+
+// K with a scale per group (q8, turbo): one fresh C per group, then FFMA by d_k
+template <class KL, int NT8>
+__device__ __forceinline__ void scores_scaled(const KL& kl, const unsigned char* ktile,
+                                              unsigned ktile_u, const __half* dkr, const uint4* sQ,
+                                              int lane, float (&s)[NT8][4]) {
 #pragma unroll
     for (int n8 = 0; n8 < NT8; ++n8)
 #pragma unroll
@@ -221,17 +265,23 @@ __device__ __forceinline__ void scores(const KL& kl, const unsigned char* ktile,
             mma16816_t<KL::BF16>(c[K1], a[1], q1.z, q1.w);
 #pragma unroll
             for (int k = 0; k <= K1; ++k) {
-                if constexpr (KL::KPS == 0) {
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) s[n8][i] += c[k][i];
-                } else {
-                    s[n8][0] = fmaf(dk0[k], c[k][0], s[n8][0]);
-                    s[n8][1] = fmaf(dk0[k], c[k][1], s[n8][1]);
-                    s[n8][2] = fmaf(dk1[k], c[k][2], s[n8][2]);
-                    s[n8][3] = fmaf(dk1[k], c[k][3], s[n8][3]);
-                }
+                s[n8][0] = fmaf(dk0[k], c[k][0], s[n8][0]);
+                s[n8][1] = fmaf(dk0[k], c[k][1], s[n8][1]);
+                s[n8][2] = fmaf(dk1[k], c[k][2], s[n8][2]);
+                s[n8][3] = fmaf(dk1[k], c[k][3], s[n8][3]);
             }
         }
+    }
+}
+
+template <class KL, int NT8>
+__device__ __forceinline__ void scores(const KL& kl, const unsigned char* ktile, unsigned ktile_u,
+                                       const __half* dkr, const uint4* sQ, int lane,
+                                       float (&s)[NT8][4]) {
+    if constexpr (KL::KPS == 0) {
+        scores_unscaled<KL, NT8>(kl, ktile, ktile_u, sQ, lane, s);
+    } else {
+        scores_scaled<KL, NT8>(kl, ktile, ktile_u, dkr, sQ, lane, s);
     }
     if constexpr (KL::ROW_SCALE) {  // tq: one gamma per token multiplies its whole score
         const float g0 = __half2float(dkr[0]), g1 = __half2float(dkr[8 * KL::SC]);

@@ -456,7 +456,9 @@ __device__ __forceinline__ unsigned bit_select(unsigned a, unsigned b) {
 // both k-steps of a gi sit together (4B bits from bit 32B gi + 8B tig: a word for tq4, a
 // half-word for tq2, 24 bits across two words for tq3): one load (two for tq3) gives four
 // lookups. qpos tells prepare_q where a dim sits in the PERM order (k-step 2gi + k, thread tig,
-// j), so q's fragments match.
+// j), so q's fragments match. Rows of whole multiples of 8 chunks (tq4 at hd 256) are swizzled,
+// not padded: a thread's chunk gi of token gid + 8r is then gi ^ gid (one LOP3 a gi), and the
+// 2 KB of padding saved is what lets three CTAs share an SM (75,568 B of shared memory each).
 template <int B>
 struct KTq {
     static_assert(B == 2 || B == 3 || B == 4, "tq K: B in {2, 3, 4}");
@@ -466,7 +468,7 @@ struct KTq {
     __host__ __device__ static constexpr int qpos(int d) {  // 32gi + 8tig + 4k + j -> +16k + 4tig
         return (d & ~31) | ((d & 4) << 2) | ((d & 24) >> 1) | (d & 3);
     }
-    using RL = RowLayout<ROWB, false>;
+    using RL = RowLayout<ROWB, true>;
     int gid, woff, sh;  // the byte (tq3: word) and bit where the thread's codes of a gi start
     TqTable<B> tab;
     __device__ KTq(int lane, const unsigned* table) : gid(lane >> 2), tab(lane, table) {
@@ -488,7 +490,7 @@ struct KTq {
         for (int r = 0; r < 2; ++r) {  // tokens gid, gid + 8
             // x: the pair indices of dims (j 0-1, j 2-3) of k-step 2gi at bits 0, 2B, of k-step
             // 2gi + 1 at 4B, 6B
-            const unsigned char* row = tile + RL::at(gid + 8 * r, 0) + 4 * B * gi + woff;
+            const unsigned char* row = tile + RL::at(gid + 8 * r, 4 * B * gi + woff);
             unsigned x;
             if constexpr (B == 4) {
                 x = lds32(row);

@@ -14,23 +14,67 @@
 // 0 for the standalone tq_quantize, whose rows are rotated already), then golden/tq.py's
 // tq_quantize_core over the row's L lanes:
 //   ss = sum y_i^2 (float64: each product exact), norm = sqrt(ss), scale = sqrt(N) / norm,
-//   u_i = float32(y_i * scale) (float64 product, one rounding), c_i = #{j : u_i > t_j} with t_j
-//   the midpoint (C_j + C_{j+1}) / 2 rounded down to float32 (u > t_j <=> u > the exact
-//   midpoint, which has one bit more than float32), gamma = half(sum y_i C[c_i] / sum C[c_i]^2)
-//   (float64 sums, one float64 -> half rounding: cvt.rn.f16.f64); ss = 0: gamma 0, codes
-//   2^(B-1). Golden sums its float64 terms in numpy's order, these in the lanes' order: the sums
-//   can differ in their last float64 bit, which moves u's float32 rounding or gamma's float16
-//   rounding only for a value within ~2^-52 relative of a rounding boundary (never met in the
-//   tests; none stored differs otherwise).
+//   u_i = float32(y_i * scale) (float64 product, one rounding), c_i = #{j : u_i > m_j} with m_j
+//   the midpoint (C_j + C_{j+1}) / 2 (exact in float64: one bit more than float32), gamma =
+//   half(sum y_i C[c_i] / sum C[c_i]^2) (float64 sums, one float64 -> half rounding:
+//   cvt.rn.f16.f64); ss = 0: gamma 0, codes 2^(B-1). Golden sums its float64 terms in numpy's
+//   order, these in the lanes' order: the sums can differ in their last float64 bit, which moves
+//   u's float32 rounding or gamma's float16 rounding only for a value within ~2^-52 relative of
+//   a rounding boundary (never met in the tests; none stored differs otherwise).
 // Codes: code i at bits [B i, B i + B) of the row's N B / 8 bytes; a lane's E codes are B E
-// consecutive bits, stored by the lane itself when they are whole bytes, else (B = 3, E = 4:
-// 12 bits; B = 1: 4) lane pairs combine theirs by one shuffle and the even lane stores them.
+// consecutive bits, stored by the lane itself when they are whole bytes (one 2-, 4-, 8- or
+// 16-byte store where the codes are aligned), else (B = 3, E = 4: 12 bits; B = 1: 4) lane pairs
+// combine theirs by one shuffle and the even lane stores them.
 
 template <int L>
 __device__ __forceinline__ double row_sum(double x) {
 #pragma unroll
     for (int m = 1; m < L; m <<= 1) x += __shfl_xor_sync(FULL_MASK, x, m);
     return x;
+}
+
+// ---- the code of u: a search over the positive midpoints ----------------------------------------
+// The codebook is symmetric (C[NC-1-j] = -C[j], the middle midpoint 0), so with H = NC / 2 and
+// P_i = m_{H+i} (i < H - 1, ascending):
+//   u > 0:  c = H + #{i : |u| > P_i}
+//   u <= 0: c = H - 1 - #{i : |u| >= P_i}      (u = -0 and +0 included: c = H - 1)
+// Both counts are one unsigned compare per midpoint on the integer key
+//   k = 2 bits(|u|) + (u <= 0), against theta_i = 2 bits(RD(P_i)) + (P_i not a float32):
+// float32 bits order like their values, and the extra bit turns > into >= exactly where P_i is a
+// float32 (where it is not, no float32 equals it and the two counts agree). key_of gives k;
+// above<M> counts the 2^M - 1 thresholds below k by bisection: one compare per level and the
+// other half of the candidates dropped by selects (tq4: 3 compares, 4 selects, not 15 compares).
+__device__ __forceinline__ unsigned key_of(float u) {
+    const unsigned b = __float_as_uint(u);
+    return (b << 1) + ((int)b <= 0 ? 1u : 0u);
+}
+
+template <int M>
+__device__ __forceinline__ unsigned above(unsigned k, const unsigned* th) {
+    if constexpr (M == 0) {
+        return 0u;
+    } else {
+        constexpr int HALF = 1 << (M - 1);  // th[HALF - 1] splits the rest into two halves
+        const bool up = k > th[HALF - 1];
+        unsigned next[HALF > 1 ? HALF - 1 : 1];
+#pragma unroll
+        for (int j = 0; j < HALF - 1; ++j) next[j] = up ? th[HALF + j] : th[j];
+        return (up ? (unsigned)HALF : 0u) + above<M - 1>(k, next);
+    }
+}
+
+// the low 8 WB bits of (lo, hi) to p, WB-aligned, in one store (little-endian: byte k = bits 8k..)
+template <int WB>
+__device__ __forceinline__ void store_bits(unsigned char* p, u64 lo, u64 hi) {
+    if constexpr (WB == 2) {
+        *reinterpret_cast<unsigned short*>(p) = (unsigned short)lo;
+    } else if constexpr (WB == 4) {
+        *reinterpret_cast<unsigned*>(p) = (unsigned)lo;
+    } else if constexpr (WB == 8) {
+        *reinterpret_cast<u64*>(p) = lo;
+    } else {
+        *reinterpret_cast<ulonglong2*>(p) = make_ulonglong2(lo, hi);
+    }
 }
 
 template <int N, int B>
@@ -40,20 +84,34 @@ __device__ __forceinline__ void tq_rows(const float* __restrict__ src0, unsigned
                                         const float* __restrict__ codebook, int nb, int nkv,
                                         int max_t, int t0, int sides, int rotate) {
     constexpr int E = WhtShape<N>::E, L = WhtShape<N>::L, RPW = WhtShape<N>::RPW;
-    constexpr int NC = 1 << B, BL = B * E;  // codes; bits per lane
-    constexpr bool PAIR = BL % 8 != 0;      // 12 or 4 bits (E = 4, B = 3 or 1): lane pairs
-    __shared__ float s_cb[NC];
-    if (threadIdx.x < NC) s_cb[threadIdx.x] = codebook[threadIdx.x];
+    constexpr int NC = 1 << B, H = NC / 2, BL = B * E;  // codes; half; bits per lane
+    constexpr bool PAIR = BL % 8 != 0;  // 12 or 4 bits (E = 4, B = 3 or 1): lane pairs
+    constexpr int WB = BL / 8;          // bytes a lane stores (not PAIR)
+    constexpr bool WIDE = !PAIR && (WB == 2 || WB == 4 || WB == 8 || WB == 16);
+    // C and C^2 in float64 (C^2 of a float32 is exact in float64): the sums' terms by one load
+    __shared__ double s_cb[NC], s_cc[NC];
+    if (threadIdx.x < NC) {
+        const double c = codebook[threadIdx.x];
+        s_cb[threadIdx.x] = c;
+        s_cc[threadIdx.x] = c * c;
+    }
     __syncthreads();
-    float t[NC - 1];  // midpoints rounded down (constant indices below: registers)
+    unsigned th[H > 1 ? H - 1 : 1];  // theta_i (above); constant indices: registers
 #pragma unroll
-    for (int j = 0; j < NC - 1; ++j)
-        t[j] = __double2float_rd(((double)s_cb[j] + (double)s_cb[j + 1]) * 0.5);
+    for (int i = 0; i < H - 1; ++i) {
+        const double p = (s_cb[H + i] + s_cb[H + i + 1]) * 0.5;
+        const float rd = __double2float_rd(p);
+        th[i] = 2u * __float_as_uint(rd) + ((double)rd == p ? 0u : 1u);
+    }
     const double sqrt_n = __dsqrt_rn((double)N);
     const float wscale = __fdiv_rn(1.0f, __fsqrt_rn((float)N));
     const int lane = threadIdx.x & 31, sub = lane % L, rsub = lane / L;
+    unsigned sgn = 0u;  // bit i: the sign of this lane's dim i, the same in every row
+#pragma unroll
+    for (int i = 0; i < E; ++i) sgn |= (tq_sign_bit(sub * E + i) >> 31) << i;
     const long long rows_side = (long long)nb * nkv, rows = sides * rows_side;
     const bool vec = aligned(src0, 16) && aligned(src1, 16);
+    const bool wide = WIDE && aligned(c0, 16) && aligned(c1, 16);
     for (long long g = first_warp(); g * RPW < rows; g += warp_stride()) {
         const long long row = g * RPW + rsub;
         const bool live = row < rows;
@@ -74,7 +132,7 @@ __device__ __forceinline__ void tq_rows(const float* __restrict__ src0, unsigned
         if (rotate) {
 #pragma unroll
             for (int i = 0; i < E; ++i)
-                v[i] = __uint_as_float(__float_as_uint(v[i]) ^ tq_sign_bit(sub * E + i));
+                v[i] = __uint_as_float(__float_as_uint(v[i]) ^ ((sgn << (31 - i)) & 0x80000000u));
             wht_regs<N>(v, sub);
 #pragma unroll
             for (int i = 0; i < E; ++i) v[i] = __fmul_rn(v[i], wscale);
@@ -89,14 +147,11 @@ __device__ __forceinline__ void tq_rows(const float* __restrict__ src0, unsigned
         double num = 0.0, den = 0.0;
 #pragma unroll
         for (int i = 0; i < E; ++i) {
-            const float u = __double2float_rn(__dmul_rn((double)v[i], scale));
-            unsigned k = 0;
-#pragma unroll
-            for (int j = 0; j < NC - 1; ++j) k += u > t[j] ? 1u : 0u;
-            c[i] = zero ? (unsigned)(NC / 2) : k;
-            const double cc = (double)s_cb[c[i]];
-            num = __dadd_rn(num, __dmul_rn((double)v[i], cc));
-            den = __dadd_rn(den, __dmul_rn(cc, cc));
+            const unsigned k = key_of(__double2float_rn(__dmul_rn((double)v[i], scale)));
+            const unsigned n = above<B - 1>(k, th);
+            c[i] = zero ? (unsigned)H : (k & 1u) ? (unsigned)(H - 1) - n : (unsigned)H + n;
+            num = __dadd_rn(num, __dmul_rn((double)v[i], s_cb[c[i]]));
+            den = __dadd_rn(den, s_cc[c[i]]);
         }
         num = row_sum<L>(num);
         den = row_sum<L>(den);
@@ -117,10 +172,14 @@ __device__ __forceinline__ void tq_rows(const float* __restrict__ src0, unsigned
                 for (int k = 0; k < BL / 4; ++k) p[k] = (unsigned char)(lo >> (8 * k));
             }
         } else {
-            unsigned char* p = cb + sub * (BL / 8);
+            unsigned char* p = cb + sub * WB;
+            if (wide) {
+                store_bits<WB>(p, lo, hi);
+            } else {
 #pragma unroll
-            for (int k = 0; k < BL / 8; ++k)
-                p[k] = (unsigned char)(k < 8 ? lo >> (8 * k) : hi >> (8 * (k - 8)));
+                for (int k = 0; k < WB; ++k)
+                    p[k] = (unsigned char)(k < 8 ? lo >> (8 * k) : hi >> (8 * (k - 8)));
+            }
         }
         if (sub == 0) (side ? g1 : g0)[crow] = __double2half(zero ? 0.0 : __ddiv_rn(num, den));
     }
@@ -152,8 +211,10 @@ __device__ __forceinline__ void append_tq_n(const float* src0, unsigned char* c0
     }
 }
 
+// rows of 512 and 1024 hold 16 and 32 values a lane: built for one block an SM, so that ptxas gives
+// them the registers they need (the others: eight blocks, 64 registers)
 #define KV_APPEND_TQ(NN)                                                                           \
-    extern "C" __global__ void __launch_bounds__(128) kv_append_tq_n##NN(                          \
+    extern "C" __global__ void __launch_bounds__(128, NN >= 512 ? 1 : 8) kv_append_tq_n##NN(       \
         const float* __restrict__ src0, unsigned char* c0, __half* g0,                             \
         const float* __restrict__ src1, unsigned char* c1, __half* g1, const float* codebook,      \
         int nb, int nkv, int max_t, int t0, int bits, int sides, int rotate) {                     \

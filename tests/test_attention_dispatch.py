@@ -16,6 +16,7 @@ import qwenref
 from qwenref import golden
 from qwenref.gpu import attention as A
 from qwenref.gpu._runtime import kernel_source
+from qwenref.gpu.attention_splits import EXTRA_CTA_TILES
 from qwenref.layout import LADDER_KINDS, side_kinds
 
 
@@ -488,6 +489,13 @@ def test_split_counts_read_the_device_limits():
     assert A.mma_n_splits(n3, 98160, 128, 32768, 4, limits=H200) == 66
     assert A.mma_n_splits(n1, 79152, 128, 32768, 4, limits=SM86) == 21
     assert A.mma_n_splits(n1, 79152, 128, 2112, 4, limits=H200) == 33  # one per 64-token tile
+    # three CTAs an SM (tq4's n1: 167 registers, 75,568 B) only where each CTA of the wave gets
+    # EXTRA_CTA_TILES tiles: 99 splits at 128k tokens (20.7 tiles each), 66 at 32k (at 99: 5.2)
+    tq = compiled(167)
+    assert A.mma_n_splits(tq, 75568, 128, 131072, 4, limits=H200) == 99
+    assert A.mma_n_splits(tq, 75568, 128, 99 * 64 * EXTRA_CTA_TILES, 4, limits=H200) == 99
+    assert A.mma_n_splits(tq, 75568, 128, 99 * 64 * EXTRA_CTA_TILES - 64, 4, limits=H200) == 66
+    assert A.mma_n_splits(tq, 75568, 128, 32768, 4, limits=H200) == 66
     v1 = compiled(229, 25472)  # attn_partials_q8_q8: 229 registers, 25,472 B static
     assert A.auto_n_splits(v1, 32768, 4, 1, limits=H200) == 66  # two CTAs by registers
     assert A.auto_n_splits(v1, 32768, 4, 1, limits=SM86) == 41
@@ -591,9 +599,32 @@ def test_tq_rows_beyond_one_launch_run_in_groups(kind, n_rep, nb, selective, row
         A.plan_rung(cache(12, kind), 1, selective=True)
 
 
+def test_a_last_row_group_runs_the_kernel_of_its_rows():
+    """7 dense rows of 6 heads run as 5 + 2: the group of 5 with the plan's kernel (n4), the last
+    group of 2 with n2's kernel and shared memory, as a call of those 2 rows would; selective
+    rows (one a launch) and plans without groups keep theirs."""
+    c = cache(6, "tq4")
+    p = A.plan_rung(c, 7)
+    assert (p.rows, p.kernel) == (5, "attn_partials_tq4_mma_n4")
+    assert A._group_plan(p, c, 5) is p
+    two = A.plan_rung(c, 2)
+    assert A._group_plan(p, c, 2) == dataclasses.replace(p, kernel=two.kernel, smem=two.smem)
+    assert (two.kernel, two.smem) == (
+        "attn_partials_tq4_mma_n2",
+        A.mma_smem_bytes(256, 2, kind="tq4"),
+    )
+    sel = A.plan_rung(c, 3, selective=True)
+    assert sel.rows == 1 and A._group_plan(sel, c, 1) is sel
+    q8 = A.plan_rung(cache(6), 4)
+    assert A._group_plan(q8, cache(6), 4) is q8
+
+
 def test_tq_smem_holds_the_pair_table():
-    """tq4's layout (hd 256, NT8 1): K rows of 128 B padded to 144, V rows of 128 B swizzled
-    (ldmatrix), one gamma a token per side, q, P and the reductions as for turbo4, then the
-    codebook's pair table (256 entries x 32 banks x 4 B), 16-byte aligned."""
-    base = 18432 + 16384 + 2 * 64 * 2 * 2 + 8192 + 1024 + 304
-    assert A.mma_smem_bytes(256, 1, kind="tq4") == -(-base // 16) * 16 + 256 * 128
+    """tq4's layout (hd 256, NT8 1): K and V rows of 128 B swizzled (no padding), one gamma a
+    token per side, q, P and the reductions as for turbo4, then the codebook's pair table (256
+    entries x 32 banks x 4 B), 16-byte aligned: 75,568 B, so that three CTAs share an SM's
+    228 KiB (each with its 1 KiB the driver reserves)."""
+    base = 16384 + 16384 + 2 * 64 * 2 * 2 + 8192 + 1024 + 304
+    smem = A.mma_smem_bytes(256, 1, kind="tq4")
+    assert smem == -(-base // 16) * 16 + 256 * 128 == 75568
+    assert 3 * (smem + 1024) <= 228 * 1024

@@ -46,6 +46,7 @@ docs/bad-input.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import NamedTuple
 
@@ -244,6 +245,7 @@ class _Call(NamedTuple):
     n_splits: int | None  # the caller's (n_splits or the partials' m), before the plan's
     plan: AttentionPlan
     tq_bits: int  # a tq cache's code width (its codebook goes to the mma kernel), else 0
+    cache: object  # its kind and shape give a row group's kernel (_group_plan)
 
 
 def _check_call(
@@ -269,7 +271,7 @@ def _check_call(
     kw.update(n_splits=n_splits, options=options)
     p = plan(cache, nb, impl=impl, **kw) if given is None else fit_plan(given, cache, nb, **kw)
     args = (q, kd, ks, vd, vs, max_t, nb, base_pos, width, sparse_v, sel_idx, sel_n, n_splits)
-    return _Call(*args, p, tq_bits(cache.k_kind) if cache.k_kind.startswith("tq") else 0)
+    return _Call(*args, p, tq_bits(cache.k_kind) if cache.k_kind.startswith("tq") else 0, cache)
 
 
 def _partials_out(names, bufs, nb, S, nh, hd):
@@ -285,7 +287,6 @@ def _partials_out(names, bufs, nb, S, nh, hd):
 # ---- launches (arguments checked) -----------------------------------------------------------
 def _launch_partials(c, cfg, m, l, o):
     p, S = c.plan, c.plan.n_splits
-    kern = plan_kernel(p)
     qscale = np.float32(cfg.head_dim**-0.5 * LOG2E)
     if p.rung == "mma":
         # the kernel reads q as float4: a contiguous view at an odd offset gets an aligned copy
@@ -293,17 +294,32 @@ def _launch_partials(c, cfg, m, l, o):
         codebook = _ptr(tq_decode_table(c.tq_bits) if c.tq_bits else None)
         kv = (c.kd, _ptr(c.ks), c.vd, _ptr(c.vs))
         for b0, b1 in _row_groups(c.nb, p.rows):  # row b0 of a group is the kernel's row 0
+            gp = _group_plan(p, c.cache, b1 - b0)
             rows = (np.int32(c.max_t), np.int32(c.base_pos + b0), np.int32(b1 - b0))
             sel = (_rows_of(c.sel_idx, b0, b1), _rows_of(c.sel_n, b0, b1), np.int32(c.width))
             out = (m[b0:b1], l[b0:b1], o[b0:b1])
             args = (q[b0:b1], *kv, *rows, *sel, codebook, qscale, *out)
-            kern((cfg.nkv, S), (p.threads,), args, shared_mem=p.smem)
+            plan_kernel(gp)((cfg.nkv, S), (gp.threads,), args, shared_mem=gp.smem)
         return
+    kern = plan_kernel(p)
     kv = (c.kd, _ptr(c.ks), c.vd, _ptr(c.vs))
     rows = (np.int32(c.max_t), np.int32(c.base_pos))
     sel = (_ptr(c.sel_idx), _ptr(c.sel_n), np.int32(c.width))
     args = (c.q, *kv, *rows, *sel, qscale, np.float32(c.sparse_v), m, l, o)
     kern((c.nb, cfg.nkv, S), (p.threads,), args)
+
+
+def _group_plan(p, cache, n):
+    """The plan one launch of n rows runs under p (rows in groups: plan.rows): p itself, or for
+    a last group of fewer rows the kernel and shared memory of n rows, so that every group runs
+    as a call of its own rows would."""
+    if p.rung != "mma" or p.rows is None or n == p.rows:
+        return p
+    hd, n_rep = cache.cfg.head_dim, cache.cfg.n_rep
+    selective = p.kernel == mma_kernel_name(1, n_rep, True, cache.kind)
+    kernel = mma_kernel_name(n, n_rep, selective, cache.kind)
+    smem = mma_smem_bytes(hd, -(-n * n_rep // 8), p.options, cache.kind)
+    return dataclasses.replace(p, kernel=kernel, smem=smem)
 
 
 def _row_groups(nb, rows):

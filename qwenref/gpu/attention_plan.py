@@ -201,14 +201,15 @@ def _side_tile(side, hd, role):
     """(row stride in shared memory, scales per token) of one side's tile, role "k" or "v":
     mirrors the loaders of kernels_cuda/kv_tile.cuh (RowLayout: 16-byte chunks; a side read by
     ldmatrix with a multiple of 8 of them swizzled in place, else padded to an odd count; the
-    narrow turbo and tq sides read words, except the V of turbo4 and tq4)."""
+    narrow turbo and tq sides read words, except the V of turbo4 and tq4; tq4's K is swizzled
+    too)."""
     if side.startswith("tq"):  # codes as turbo's of the same width, one gamma per token
         rowb, scales = hd * tq_bits(side) // 8, 1
     else:
         rowb = {"q8": hd, "bf16": 2 * hd}.get(side) or hd * turbo_bits(side) // 8
         scales = {"q8": hd // 32, "bf16": 0}.get(side, hd // 16)
     nch = rowb // 16
-    ldsm = side in ("q8", "bf16", "turbo8") or (side in ("turbo4", "tq4") and role == "v")
+    ldsm = side in ("q8", "bf16", "turbo8", "tq4") or (side == "turbo4" and role == "v")
     rs = 16 * (nch if ldsm and nch % 8 == 0 else nch | 1)
     return rs, scales
 

@@ -26,6 +26,10 @@ __all__ = [
 
 MAX_SPLITS = 1024  # the combine keeps one weight per split in shared memory
 CHUNK = 32  # split bounds are whole 32-token chunks (golden)
+# A CTA an SM beyond two (tq's kernels fit three) pays only when each CTA gets enough tiles: on
+# an H100, 3 CTAs an SM ran tq 3-9 % faster at 128k tokens (21 tiles a CTA) and 6-10 % slower at
+# 32k (5 tiles a CTA; 8 at two an SM) than 2 (docs/tuning-log.md)
+EXTRA_CTA_TILES = 16
 V1_NWARP = 4  # ATTN_NWARP in attention_v1.cu (threads per partials CTA = 128)
 
 
@@ -131,4 +135,7 @@ def mma_n_splits(kern, smem, threads, n_vis_max, nkv, limits=None):
     # (QSA's 2112-token row: 33 splits instead of 66, decode 10.4 -> 9.6 us in one run)
     tiles = max(-(-n_vis_max // (threads // 2)), 1)
     s = -(-lim.sm_count * per_sm // nkv)
+    while per_sm > 2 and tiles < EXTRA_CTA_TILES * s:  # too few tiles for the extra CTAs
+        per_sm -= 1
+        s = -(-lim.sm_count * per_sm // nkv)
     return max(1, min(s, tiles, MAX_SPLITS))
