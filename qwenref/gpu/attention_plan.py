@@ -124,7 +124,8 @@ class AttentionPlan:
               (but a tq call run in row groups: why the rows do not fit one launch)
     rows      rows per launch of `kernel`: None for one launch over all rows; a tq pair, whose
               mma rung is its only one, takes rows in groups the kernel fits (MMA_MAX_COLS
-              columns dense, one row selective), one partials launch each, then one combine
+              columns dense, one row selective), one partials launch each (`kernel`; a last,
+              shorter group runs the kernel of its own rows), then one combine
     """
 
     rung: str
