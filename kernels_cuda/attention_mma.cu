@@ -71,9 +71,6 @@
 #ifndef MMA_NW
 #define MMA_NW 0  // warps per CTA; 0 = Cfg's rule (attention_mma.cuh)
 #endif
-#ifndef MMA_MINB_N1
-#define MMA_MINB_N1 0  // CTAs per SM the NT8 = 1 kernels are built for; 0: the kind's (minb_n1)
-#endif
 // the mma kernels exist only for hd 128 / 256 (the wrapper uses v1 otherwise)
 #if (ATTN_HD == 128 || ATTN_HD == 256) && (MMA_NW == 0 || (ATTN_HD / 32) % MMA_NW == 0)
 #include "attention_mma.cuh"

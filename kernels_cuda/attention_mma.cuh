@@ -1,6 +1,7 @@
 // attention_mma.cuh — what the tensor-core partials of attention_mma.cu are built from: their
 // compile-time configuration (Cfg: warps, pipeline stages, score-loop unroll; knobs -DMMA_NW,
-// -DMMA_NSTAGE, -DMMA_UNROLL_G), their one dynamic shared-memory layout (Lay: its BYTES are what
+// -DMMA_NSTAGE, -DMMA_UNROLL_G; minb_n1: the CTAs an SM the one-row kernels are built for,
+// -DMMA_MINB_N1), their one dynamic shared-memory layout (Lay: its BYTES are what
 // qwenref/gpu/attention_plan.py mma_smem_bytes mirrors and what a block must be let opt into),
 // and the int8 -> fp16 conversions of the q8 K and V operands. attention_mma.cu includes it
 // inside its guard (hd 128 / 256, MMA_NW dividing hd / 32), after setting MMA_NW's default.
@@ -17,6 +18,9 @@
 #define MMA_PS 8
 #ifndef MMA_UNROLL_G
 #define MMA_UNROLL_G 0  // score-loop unroll; 0 = Cfg's rule below
+#endif
+#ifndef MMA_MINB_N1
+#define MMA_MINB_N1 0  // CTAs per SM the NT8 = 1 kernels are built for; 0: the kind's (minb_n1)
 #endif
 
 namespace mma_attn {
