@@ -52,8 +52,8 @@ struct Cfg {
 // CTAs per SM the NT8 = 1 kernels are built for (__launch_bounds__; -DMMA_MINB_N1 overrides): tq's
 // three (they fit 168 registers at no cost in instructions, and at hd 256 75,568 B of shared
 // memory at most, so three CTAs share an SM and the plan's split count follows), the others'
-// one (two CTAs fit either way; held to 168 registers, q8 and turbo4 ran 10 % slower at 32k
-// tokens: docs/tuning-log.md).
+// one (turbo4 held to 168 registers gained 1 % at 128k tokens and lost 11 % at 32k, measured
+// before the split count's EXTRA_CTA_TILES rule: docs/tuning-log.md).
 template <class KL>
 constexpr int minb_n1() {
     return MMA_MINB_N1 > 0 ? MMA_MINB_N1 : (KL::TQB > 0 ? 3 : 1);

@@ -315,9 +315,8 @@ def _group_plan(p, cache, n):
     as a call of its own rows would."""
     if p.rung != "mma" or p.rows is None or n == p.rows:
         return p
-    hd, n_rep = cache.cfg.head_dim, cache.cfg.n_rep
-    selective = p.kernel == mma_kernel_name(1, n_rep, True, cache.kind)
-    kernel = mma_kernel_name(n, n_rep, selective, cache.kind)
+    hd, n_rep = cache.cfg.head_dim, cache.cfg.n_rep  # dense rows: selective ones go one a launch
+    kernel = mma_kernel_name(n, n_rep, False, cache.kind)
     smem = mma_smem_bytes(hd, -(-n * n_rep // 8), p.options, cache.kind)
     return dataclasses.replace(p, kernel=kernel, smem=smem)
 
