@@ -88,18 +88,17 @@ __device__ __forceinline__ void tq_rows(const float* __restrict__ src0, unsigned
     constexpr bool PAIR = BL % 8 != 0;  // 12 or 4 bits (E = 4, B = 3 or 1): lane pairs
     constexpr int WB = BL / 8;          // bytes a lane stores (not PAIR)
     constexpr bool WIDE = !PAIR && (WB == 2 || WB == 4 || WB == 8 || WB == 16);
-    // C and C^2 in float64 (C^2 of a float32 is exact in float64): the sums' terms by one load
-    __shared__ double s_cb[NC], s_cc[NC];
+    // (C, C^2) in float64 (C^2 of a float32 is exact in float64): both sums' terms by one load
+    __shared__ double2 s_cc[NC];
     if (threadIdx.x < NC) {
         const double c = codebook[threadIdx.x];
-        s_cb[threadIdx.x] = c;
-        s_cc[threadIdx.x] = c * c;
+        s_cc[threadIdx.x] = make_double2(c, c * c);
     }
     __syncthreads();
     unsigned th[H > 1 ? H - 1 : 1];  // theta_i (above); constant indices: registers
 #pragma unroll
     for (int i = 0; i < H - 1; ++i) {
-        const double p = (s_cb[H + i] + s_cb[H + i + 1]) * 0.5;
+        const double p = (s_cc[H + i].x + s_cc[H + i + 1].x) * 0.5;
         const float rd = __double2float_rd(p);
         th[i] = 2u * __float_as_uint(rd) + ((double)rd == p ? 0u : 1u);
     }
@@ -109,6 +108,7 @@ __device__ __forceinline__ void tq_rows(const float* __restrict__ src0, unsigned
     unsigned sgn = 0u;  // bit i: the sign of this lane's dim i, the same in every row
 #pragma unroll
     for (int i = 0; i < E; ++i) sgn |= (tq_sign_bit(sub * E + i) >> 31) << i;
+    asm volatile("" : "+r"(sgn));  // kept in its register: the hashes are not redone per row
     const long long rows_side = (long long)nb * nkv, rows = sides * rows_side;
     const bool vec = aligned(src0, 16) && aligned(src1, 16);
     const bool wide = WIDE && aligned(c0, 16) && aligned(c1, 16);
@@ -139,7 +139,7 @@ __device__ __forceinline__ void tq_rows(const float* __restrict__ src0, unsigned
         }
         double ss = 0.0;
 #pragma unroll
-        for (int i = 0; i < E; ++i) ss = __dadd_rn(ss, __dmul_rn((double)v[i], (double)v[i]));
+        for (int i = 0; i < E; ++i) ss = __fma_rn((double)v[i], (double)v[i], ss);  // exact product
         ss = row_sum<L>(ss);
         const bool zero = ss == 0.0;
         const double scale = zero ? 0.0 : __ddiv_rn(sqrt_n, __dsqrt_rn(ss));
@@ -150,8 +150,9 @@ __device__ __forceinline__ void tq_rows(const float* __restrict__ src0, unsigned
             const unsigned k = key_of(__double2float_rn(__dmul_rn((double)v[i], scale)));
             const unsigned n = above<B - 1>(k, th);
             c[i] = zero ? (unsigned)H : (k & 1u) ? (unsigned)(H - 1) - n : (unsigned)H + n;
-            num = __dadd_rn(num, __dmul_rn((double)v[i], s_cb[c[i]]));
-            den = __dadd_rn(den, s_cc[c[i]]);
+            const double2 cc = s_cc[c[i]];
+            num = __fma_rn((double)v[i], cc.x, num);  // y C exact in float64: fma = mul + add
+            den = __dadd_rn(den, cc.y);
         }
         num = row_sum<L>(num);
         den = row_sum<L>(den);

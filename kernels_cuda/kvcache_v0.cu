@@ -25,8 +25,8 @@
 //                 shuffle WHT (wht_regs.cuh), codes combined by shuffles, K+V one launch.
 //   tq_append     v0 (this file, tq_append_v0): a thread per row, the signs, the WHT and the
 //                 codebook search in local memory and float64, one side per launch.
-//                 v1 (kvcache.cu, kv_append_tq_n<hd>): the row across lanes in registers,
-//                 float32 thresholds, sums by shuffles, K+V one launch.
+//                 v1 (kvcache_tq.cu, kv_append_tq_n<hd>): the row across lanes in registers,
+//                 the code by bisection over integer keys, sums by shuffles, K+V one launch.
 // f32 / bf16 sides use kvcache.cu's kv_append_f32 / kv_append_bf16 for every rung.
 
 #include <cuda_fp16.h>

@@ -42,11 +42,11 @@ __device__ __forceinline__ void wht_regs(float (&v)[WhtShape<N>::E], int sub) {
     }
 #pragma unroll
     for (int m = 1; m < L; m <<= 1) {
-        const bool upper = (sub & m) != 0;
+        const float s = (sub & m) != 0 ? -1.0f : 1.0f;  // the upper lane keeps o - v
 #pragma unroll
         for (int i = 0; i < E; ++i) {
             const float o = __shfl_xor_sync(FULL_MASK, v[i], m);
-            v[i] = upper ? o - v[i] : v[i] + o;
+            v[i] = fmaf(s, v[i], o);  // o ± v, one rounding: the same bits as a + b, a - b
         }
     }
 }
