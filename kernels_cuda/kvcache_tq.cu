@@ -70,6 +70,10 @@ __device__ __forceinline__ void store_bits(unsigned char* p, u64 lo, u64 hi) {
         *reinterpret_cast<unsigned short*>(p) = (unsigned short)lo;
     } else if constexpr (WB == 4) {
         *reinterpret_cast<unsigned*>(p) = (unsigned)lo;
+    } else if constexpr (WB == 6) {  // 2-byte aligned: three half-words
+        unsigned short* q = reinterpret_cast<unsigned short*>(p);
+        q[0] = (unsigned short)lo, q[1] = (unsigned short)(lo >> 16),
+        q[2] = (unsigned short)(lo >> 32);
     } else if constexpr (WB == 8) {
         *reinterpret_cast<u64*>(p) = lo;
     } else {
@@ -77,17 +81,27 @@ __device__ __forceinline__ void store_bits(unsigned char* p, u64 lo, u64 hi) {
     }
 }
 
+// A tq row's layout: wht.cu's, but at N = 256 two rows a warp (16 values a lane, 16 lanes a
+// row), so the row's sums take one shuffle level fewer and every per-row step (the square root,
+// both divisions, the cache row, the stores) serves two rows an instruction.
+template <int N>
+struct TqShape {
+    static constexpr int E = N == 256 ? 16 : WhtShape<N>::E;
+    static constexpr int L = N / E, RPW = 32 / L;
+};
+
 template <int N, int B>
 __device__ __forceinline__ void tq_rows(const float* __restrict__ src0, unsigned char* c0,
                                         __half* g0, const float* __restrict__ src1,
                                         unsigned char* c1, __half* g1,
                                         const float* __restrict__ codebook, int nb, int nkv,
                                         int max_t, int t0, int sides, int rotate) {
-    constexpr int E = WhtShape<N>::E, L = WhtShape<N>::L, RPW = WhtShape<N>::RPW;
+    using SH = TqShape<N>;
+    constexpr int E = SH::E, L = SH::L, RPW = SH::RPW;
     constexpr int NC = 1 << B, H = NC / 2, BL = B * E;  // codes; half; bits per lane
     constexpr bool PAIR = BL % 8 != 0;  // 12 or 4 bits (E = 4, B = 3 or 1): lane pairs
     constexpr int WB = BL / 8;          // bytes a lane stores (not PAIR)
-    constexpr bool WIDE = !PAIR && (WB == 2 || WB == 4 || WB == 8 || WB == 16);
+    constexpr bool WIDE = !PAIR && (WB == 2 || WB == 4 || WB == 6 || WB == 8 || WB == 16);
     // (C, C^2) in float64 (C^2 of a float32 is exact in float64): both sums' terms by one load
     __shared__ double2 s_cc[NC];
     if (threadIdx.x < NC) {
@@ -133,7 +147,7 @@ __device__ __forceinline__ void tq_rows(const float* __restrict__ src0, unsigned
 #pragma unroll
             for (int i = 0; i < E; ++i)
                 v[i] = __uint_as_float(__float_as_uint(v[i]) ^ ((sgn << (31 - i)) & 0x80000000u));
-            wht_regs<N>(v, sub);
+            wht_regs<N, SH>(v, sub);
 #pragma unroll
             for (int i = 0; i < E; ++i) v[i] = __fmul_rn(v[i], wscale);
         }
@@ -213,12 +227,19 @@ __device__ __forceinline__ void append_tq_n(const float* src0, unsigned char* c0
 }
 
 // rows of 512 and 1024 hold 16 and 32 values a lane: built for one block an SM, so that ptxas gives
-// them the registers they need (the others: eight blocks, 64 registers)
+// them the registers they need; 256 (16 a lane, two rows a warp): TQ_MINB_256 blocks; the others
+// eight blocks, 64 registers
+#ifndef TQ_MINB_256
+#define TQ_MINB_256 4
+#endif
 #define KV_APPEND_TQ(NN)                                                                           \
-    extern "C" __global__ void __launch_bounds__(128, NN >= 512 ? 1 : 8) kv_append_tq_n##NN(       \
-        const float* __restrict__ src0, unsigned char* c0, __half* g0,                             \
-        const float* __restrict__ src1, unsigned char* c1, __half* g1, const float* codebook,      \
-        int nb, int nkv, int max_t, int t0, int bits, int sides, int rotate) {                     \
+    extern "C" __global__ void __launch_bounds__(128, NN >= 512   ? 1                              \
+                                                      : NN == 256 ? TQ_MINB_256                    \
+                                                                  : 8)                             \
+        kv_append_tq_n##NN(const float* __restrict__ src0, unsigned char* c0, __half* g0,          \
+                           const float* __restrict__ src1, unsigned char* c1, __half* g1,          \
+                           const float* codebook, int nb, int nkv, int max_t, int t0, int bits,    \
+                           int sides, int rotate) {                                                \
         append_tq_n<NN>(src0, c0, g0, src1, c1, g1, codebook, nb, nkv, max_t, t0, bits, sides,     \
                         rotate);                                                                   \
     }

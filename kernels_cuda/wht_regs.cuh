@@ -26,9 +26,11 @@ struct WhtShape {
     static constexpr int RPW = 32 / L;               // rows per warp
 };
 
-template <int N>
-__device__ __forceinline__ void wht_regs(float (&v)[WhtShape<N>::E], int sub) {
-    constexpr int E = WhtShape<N>::E, L = WhtShape<N>::L;
+// SH: the layout of the row (WhtShape<N>, or another E with L = N / E lanes: the same passes in
+// the same order give the same bits wherever the elements sit).
+template <int N, typename SH = WhtShape<N>>
+__device__ __forceinline__ void wht_regs(float (&v)[SH::E], int sub) {
+    constexpr int E = SH::E, L = SH::L;
 #pragma unroll
     for (int h = 1; h < E; h <<= 1) {
 #pragma unroll

@@ -233,7 +233,8 @@ def _launch_tq(
     sides = 1 if x1 is None else 2
     if x1 is None:
         x1, c1, g1 = x, codes, gamma
-    rows_per_warp = 32 // (n // max(4, n // 32))  # wht.cu's layout: L lanes a row
+    per_lane = 16 if n == 256 else max(4, n // 32)  # kvcache_tq.cu's TqShape: E values a lane
+    rows_per_warp = 32 // (n // per_lane)
     warps = -(-sides * rows_nb * nkv // rows_per_warp)
     kernel(kernel_module("tq_append", "v1"), f"kv_append_tq_n{n}")(
         _grid(warps, _THREADS // 32),
