@@ -22,14 +22,6 @@
 //   the measurements behind it: qwenref/dev/tune_gemv.py (extra variants under -DGEMV_TUNE).
 //   Bytes it must move: n_out·n_in (q) + n_out·n_in/16 (d) + NB·n_in·4 (x) + NB·n_out·4 (y),
 //   f32: 4·n_out·n_in + the same x/y: the weights dominate.
-//   Suffix _n: the input RMS-normalized on the way in (the layer's input and post-attention
-//   norms, fused): x is read as it is, each thread also sums x² over its chunks and multiplies
-//   x by nw = 1 + the norm weight (float32 [n_in], the wrapper adds the 1 once), the CTA sums
-//   the squares with the partials, and each output is scaled by r = 1 / sqrt(Σx² / n_in + eps)
-//   (norm.cu's formula) before its epilogue: y = r · Σ_i (x_i · nw_i) · W[o, i]. Every CTA
-//   computes the same r (same chunks, same order), so no launch is spent on the norm; against
-//   golden's (x · r) · nw rounded before the product, y differs by float32 rounding (r is
-//   factored out of the sum). Bytes: + n_in · 4 for nw (L1/L2-resident, like x).
 //   Epilogues, picked by `mode`:
 //     0  plain: y in "segmented" layout (below); y += resid (same index) when resid != NULL —
 //        the layer's MLP residual add rides on down_proj.
@@ -76,29 +68,17 @@ __device__ __forceinline__ void unpack16(const int4 v, float* f) {
 
 __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(fminf(-g, 80.0f))); }
 
-// r = 1 / sqrt(ss / n + eps) from the warps' sums of squares in column j of red, added in warp
-// order (the same in every CTA), each step IEEE-rounded as in norm.cu's rms_scale.
-template <int NW, int COLS>
-__device__ __forceinline__ float norm_scale(const float (&red)[NW][COLS], int j, int n, float eps) {
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < NW; ++k) ss += red[k][j];
-    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
-}
-
 // One CTA: ROWS output rows, split-K over THREADS threads (see the header).
 // Q8: w is int8 q with scales d; else w is float32 and d unused.
-// NORM: the _n variant (x RMS-normalized with nw = 1 + weight and eps on the way in).
-template <bool Q8, int NB, int ROWS, int THREADS, int UNROLL, bool NORM>
+template <bool Q8, int NB, int ROWS, int THREADS, int UNROLL>
 __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const void* __restrict__ w,
                                           const __half* __restrict__ d, float* __restrict__ y,
                                           const float* __restrict__ resid, int n_in, int n_out,
                                           int e0, int e1, int e2, int e3, int b0, int nb_total,
-                                          int mode, const float* __restrict__ nw, float eps) {
+                                          int mode) {
     constexpr int E = Q8 ? 16 : 4;  // weights per 16-byte chunk
     constexpr int NW = THREADS / 32;
-    constexpr int NS = NORM ? NB : 0;  // sums of squares, after the partials in red
-    __shared__ float red[NW][NB * ROWS + NS];
+    __shared__ float red[NW][NB * ROWS];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int o0 = blockIdx.x * ROWS;
     const int nchunk = n_in / E;  // 16-byte chunks per row
@@ -115,13 +95,10 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const voi
     }
 
     float acc[NB][ROWS];
-    float ss[NB];  // NORM: this thread's sum of x² per row
 #pragma unroll
-    for (int b = 0; b < NB; ++b) {
-        ss[b] = 0.0f;
+    for (int b = 0; b < NB; ++b)
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) acc[b][r] = 0.0f;
-    }
 
     for (int c0 = tid; c0 < nchunk; c0 += THREADS * UNROLL) {
         int4 wv[UNROLL][ROWS];
@@ -150,15 +127,7 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const voi
                 float xv[E];
 #pragma unroll
                 for (int k = 0; k < E / 4; ++k) {
-                    float4 t = __ldg(xp + k);
-                    if constexpr (NORM) {  // x² summed, x scaled by nw (re-read per row: L1)
-                        const float4 n4 =
-                            __ldg(reinterpret_cast<const float4*>(nw) + c * E / 4 + k);
-                        ss[b] =
-                            fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss[b]))));
-                        t = float4{__fmul_rn(t.x, n4.x), __fmul_rn(t.y, n4.y), __fmul_rn(t.z, n4.z),
-                                   __fmul_rn(t.w, n4.w)};
-                    }
+                    const float4 t = __ldg(xp + k);
                     xv[4 * k] = t.x;
                     xv[4 * k + 1] = t.y;
                     xv[4 * k + 2] = t.z;
@@ -202,15 +171,6 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const voi
             for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
             if (lane == 0) red[warp][b * ROWS + r] = v;
         }
-    if constexpr (NORM) {
-#pragma unroll
-        for (int b = 0; b < NB; ++b) {
-            float v = ss[b];
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-            if (lane == 0) red[warp][NB * ROWS + b] = v;
-        }
-    }
     __syncthreads();
 
     if (mode == 1) {  // SwiGLU: ROWS/2 outputs per CTA
@@ -226,10 +186,6 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const voi
             g += red[k][b * ROWS + 2 * p];
             up += red[k][b * ROWS + 2 * p + 1];
         }
-        if constexpr (NORM) {
-            const float rs = norm_scale<NW>(red, NB * ROWS + b, n_in, eps);
-            g *= rs, up *= rs;
-        }
         y[(size_t)(b0 + b) * n_act + i] = silu_f(g) * up;
         return;
     }
@@ -240,7 +196,6 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const voi
     float v = 0.0f;
 #pragma unroll
     for (int k = 0; k < NW; ++k) v += red[k][tid];
-    if constexpr (NORM) v *= norm_scale<NW>(red, NB * ROWS + b, n_in, eps);
     const int start = o < e0 ? 0 : o < e1 ? e0 : o < e2 ? e1 : o < e3 ? e2 : e3;
     const int end = o < e0 ? e0 : o < e1 ? e1 : o < e2 ? e2 : o < e3 ? e3 : n_out;
     const size_t idx = (size_t)nb_total * start + (size_t)(b0 + b) * (end - start) + (o - start);
@@ -248,20 +203,15 @@ __device__ __forceinline__ void gemv_body(const float* __restrict__ x, const voi
     y[idx] = v;
 }
 
-// One gemv_body instantiation as an extern "C" kernel NAME with __launch_bounds__ BOUNDS, and
-// its normalizing twin NAME_n.
-#define GEMV_KERNEL_ONE(NAME, BOUNDS, ISQ8, NB, ROWS, THREADS, UNROLL, NORM)                       \
+// One gemv_body instantiation as an extern "C" kernel NAME with __launch_bounds__ BOUNDS.
+#define GEMV_KERNEL_AS(NAME, BOUNDS, ISQ8, NB, ROWS, THREADS, UNROLL)                              \
     extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                      \
         const float* __restrict__ x, const void* __restrict__ w, const __half* __restrict__ d,     \
         float* __restrict__ y, const float* __restrict__ resid, int n_in, int n_out, int e0,       \
-        int e1, int e2, int e3, int b0, int nb_total, int mode, const float* __restrict__ nw,      \
-        float eps) {                                                                               \
-        gemv_body<ISQ8, NB, ROWS, THREADS, UNROLL, NORM>(x, w, d, y, resid, n_in, n_out, e0, e1,   \
-                                                         e2, e3, b0, nb_total, mode, nw, eps);     \
+        int e1, int e2, int e3, int b0, int nb_total, int mode) {                                  \
+        gemv_body<ISQ8, NB, ROWS, THREADS, UNROLL>(x, w, d, y, resid, n_in, n_out, e0, e1, e2, e3, \
+                                                   b0, nb_total, mode);                            \
     }
-#define GEMV_KERNEL_AS(NAME, BOUNDS, ISQ8, NB, ROWS, THREADS, UNROLL)                              \
-    GEMV_KERNEL_ONE(NAME, BOUNDS, ISQ8, NB, ROWS, THREADS, UNROLL, false)                          \
-    GEMV_KERNEL_ONE(NAME##_n, BOUNDS, ISQ8, NB, ROWS, THREADS, UNROLL, true)
 
 #define GEMV_KERNEL(KIND, ISQ8, NB, ROWS, THREADS, UNROLL)                                         \
     GEMV_KERNEL_AS(gemv_##KIND##_nb##NB##_r##ROWS##t##THREADS##u##UNROLL, (THREADS), ISQ8, NB,     \

@@ -86,24 +86,9 @@ def test_layer_stage_bytes_cover_the_stages_and_sum_to_total():
     dense = cfg.replace(
         indexer_n_heads=0, indexer_head_dim=0, indexer_compress_ratio=0, indexer_budget=0
     )
-    bd = counting.layer_stage_bytes(dense, 1, 32768, "q8", "f32", fused_norms=False)
+    bd = counting.layer_stage_bytes(dense, 1, 32768, "q8", "f32")
     assert "select" not in bd and "indexer_q" not in bd
     assert bd["qkv_proj"] == counting.bytes_linear(1, 5120, 2 * 24 * 256 + 2 * 4 * 256, 4)
-    assert bd["input_norm"] == counting.bytes_norm(1, 5120)
-
-
-def test_fused_norms_move_their_bytes_into_the_gemvs():
-    cfg = qwenref.AttnConfig.qwen35_27b()
-    apart = counting.layer_stage_bytes(cfg, 2, 32768, "q8", "q8", fused_norms=False)
-    fused = counting.layer_stage_bytes(cfg, 2, 32768, "q8", "q8")
-    assert "input_norm" not in fused and "post_norm" not in fused
-    H = 5120
-    assert fused["qkv_proj"] == apart["qkv_proj"] + 4 * H  # the multipliers 1 + w
-    assert fused["o_proj"] == apart["o_proj"] + 4 * 2 * H  # the residual x, both rows
-    assert fused["mlp_gate_up"] == apart["mlp_gate_up"] + 4 * H
-    # what no longer moves: h and h2 written and read back, x1 read by the norm
-    saved = apart["input_norm"] + apart["post_norm"] - 4 * H - 4 * 2 * H - 4 * H
-    assert apart["total"] - fused["total"] == saved > 0
 
 
 def test_kv_bytes_per_token_refuses_an_unknown_kind():

@@ -230,65 +230,6 @@ def test_gemv_q8_swiglu_epilogue(cp, rng, nb, impl):
     np.testing.assert_array_less(np.abs(got - ref), bound + 1e-30)
 
 
-def _normed_rows(rng, nb, n_in):
-    """x rows whose mean squares differ by up to 100x (a kernel that mixes rows' norms, or skips
-    one, fails) and a zero-centred norm weight far from 0 (forgetting 1 + w fails too)."""
-    x = rng.standard_normal((nb, n_in)).astype(np.float32)
-    x *= np.float32(0.1) * (1 + np.arange(nb, dtype=np.float32) ** 2)[:, None]
-    nw = (rng.standard_normal(n_in) * 0.5).astype(np.float32)
-    return x, nw
-
-
-def _norm_bound(h, w):
-    """The fused norm against golden's rms_norm then GEMV: the dot-product bound on the
-    normalized rows h, plus the norm's own rounding, which scales whole outputs: its 1/sqrt
-    comes from a differently ordered float32 sum of squares (<= log2(n) ulps relative), x · nw
-    is rounded before the products instead of (x · r) · nw (<= 3 ulps an element): together
-    (log2(n) + 8) ulps of Σ|h_i w_i|."""
-    absum = np.abs(h).astype(np.float64) @ np.abs(w).T.astype(np.float64)
-    return _dot_bound(h, w) + (np.log2(h.shape[1]) + 8) * EPS32 * absum
-
-
-@needs_gpu
-@rungs
-@pytest.mark.parametrize("kind", ["q8", "f32"])
-@pytest.mark.parametrize("nb", [1, 3, 10])
-def test_gemv_norm_prologue_segments_and_swiglu(cp, rng, kind, nb, impl):
-    # the layer's fused norms: x RMS-normalized inside the GEMV (v1) or by gpu.norm first (v0)
-    from qwenref.gpu.gemv import gemv_segments, gemv_swiglu, interleave_rows
-
-    n_in, eps = 320, 1e-6
-    x, nw = _normed_rows(rng, nb, n_in)
-    h = golden.rms_norm(x, nw, eps)
-    norm = (cp.asarray(np.float32(1) + nw), eps)
-    sizes = [40, 8, 21]
-    w = _weights(rng, sum(sizes), n_in)
-    wg, wu = _weights(rng, 19, n_in, 0.3), _weights(rng, 19, n_in, 0.3)
-    wgu = interleave_rows(wg, wu)
-    if kind == "q8":
-        q, d = _gpu().q8_weight(cp.asarray(w))
-        wdq = golden.q8_dequantize(q.get(), d.get())
-        qgu, dgu = _gpu().q8_weight(cp.asarray(wgu))
-        wgudq = golden.q8_dequantize(qgu.get(), dgu.get())
-    else:
-        q, d, wdq = cp.asarray(w), None, w
-        qgu, dgu, wgudq = cp.asarray(wgu), None, wgu
-    flat = cp.full((nb * sum(sizes),), cp.nan, cp.float32)
-    parts = gemv_segments(
-        cp.asarray(x), q, d, np.cumsum(sizes)[:-1], out=flat, impl=impl, norm=norm
-    )
-    _check_parts(flat, parts, sizes, nb, golden.linear(h, wdq), _norm_bound(h, wdq))
-    got = gemv_swiglu(cp.asarray(x), qgu, dgu, impl=impl, norm=norm).get()
-    g, u = golden.linear(h, wgudq[0::2]), golden.linear(h, wgudq[1::2])
-    ref = golden.silu(g) * u
-    bg, bu = _norm_bound(h, wgudq[0::2]), _norm_bound(h, wgudq[1::2])
-    bound = 1.1 * bg * np.abs(u) + np.abs(golden.silu(g)) * bu + 8 * EPS32 * np.abs(ref)
-    np.testing.assert_array_less(np.abs(got - ref), bound + 1e-30)
-    # without the norm the same call is far off: the test can tell
-    plain = gemv_swiglu(cp.asarray(x), qgu, dgu, impl=impl).get()
-    assert not (np.abs(plain - ref) < bound + 1e-30).all()
-
-
 def _gemv_f32(x, w, **kw):
     from qwenref.gpu.gemv import gemv_f32
 
@@ -425,13 +366,6 @@ def test_argument_checks_name_the_argument(cp, rng, impl):
         g.gemv_q8_segments(x, q, d, [5, 3], impl=impl)
     with pytest.raises(ValueError, match="gate/up"):
         g.gemv_swiglu(x, cp.ones((5, 64), cp.float32), None, impl=impl)
-    scale = cp.ones((64,), cp.float32)
-    with pytest.raises(TypeError, match="norm"):
-        g.gemv_swiglu(x, q, d, impl=impl, norm=scale)
-    with pytest.raises(ValueError, match="norm's scale"):
-        g.gemv_q8_segments(x, q, d, [4], impl=impl, norm=(scale[:32], 1e-6))
-    with pytest.raises(ValueError, match="norm's eps"):
-        g.gemv_q8_swiglu(x, q, d, impl=impl, norm=(scale, -1.0))
 
 
 # ---- the rungs, on the CPU ---------------------------------------------------------------------

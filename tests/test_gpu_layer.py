@@ -327,9 +327,7 @@ def test_on_stage_names_the_stages_in_order(tiny_cfg, rng):
     names = []
     y = layer.forward(x, 44, a, on_stage=names.append)
     assert names[0] == "start" and names[1:] == [s for s in STAGES if s in names]
-    assert {"qkv_proj", "attention", "select", "mlp_down"} <= set(names)
-    # q8 weights: the GEMVs normalize their inputs, the norms have no stage of their own
-    assert layer.fuses_norms(2) and not {"input_norm", "post_norm"} & set(names)
+    assert {"input_norm", "qkv_proj", "attention", "select", "mlp_down"} <= set(names)
     np.testing.assert_allclose(y.get(), layer.forward(x, 44, b).get(), rtol=1e-6, atol=1e-6)
 
 
@@ -346,7 +344,7 @@ def test_stage_us(tiny_cfg, rng):
     np.testing.assert_allclose(y.get(), layer.forward(x, 44, b).get(), rtol=1e-6, atol=1e-6)
     stages = [k for k in times if k != "total"]
     assert stages == [s for s in STAGES if s in times]  # in execution order
-    assert {"qkv_proj", "attention", "select", "mlp_down"} <= set(stages)
+    assert {"input_norm", "qkv_proj", "attention", "select", "mlp_down"} <= set(stages)
     assert all(v >= 0 for v in times.values())
     assert sum(times[s] for s in stages) == pytest.approx(times["total"], rel=1e-3, abs=1e-3)
     assert len(a) == 46

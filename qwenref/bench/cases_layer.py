@@ -57,8 +57,7 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8", dense=False):
             _, tms = timing.stage_us(layer, x, len(cache), cache)
             for k_, v_ in tms.items():
                 per.setdefault(k_, []).append(v_)
-        fused = layer.fuses_norms(nb)  # eager steps; graphs (below) use gemv.cu alike here
-        sb = layer_stage_bytes(c, nb, len(cache) - nb, kind, weight_format, fused_norms=fused)
+        sb = layer_stage_bytes(c, nb, len(cache) - nb, kind, weight_format)
         for st in list(LSTAGES) + ["total"]:
             if st not in per:
                 continue

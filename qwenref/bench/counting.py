@@ -130,10 +130,8 @@ def bytes_linear(nb, n_in, n_out, wbytes=4):
     return n_out * n_in * wbytes + wbytes * nb * (n_in + n_out)
 
 
-def layer_stage_bytes(cfg, nb, base_pos, kind, weight_format="q8", has_mlp=True, fused_norms=True):
-    """Bytes each stage of one decode step must move (gpu.layer.STAGES keys, plus "total").
-    fused_norms (gemv.cu's steps): no input_norm / post_norm stage; the qkv and gate|up GEMVs
-    read their norm's multipliers, o_proj the residual x (it writes x1 = x + o)."""
+def layer_stage_bytes(cfg, nb, base_pos, kind, weight_format="q8", has_mlp=True):
+    """Bytes each stage of one decode step must move (gpu.layer.STAGES keys, plus "total")."""
     c = cfg
     H, hd, I = c.hidden_size, c.head_dim, c.intermediate_size
     inh, ihd, R, kblk = c.indexer_n_heads, c.indexer_head_dim, c.indexer_compress_ratio, c.kblk
@@ -158,10 +156,6 @@ def layer_stage_bytes(cfg, nb, base_pos, kind, weight_format="q8", has_mlp=True,
         "o_proj": proj(c.nh * hd, H),
         "post_norm": bytes_norm(nb, H, add=True),
     }
-    if fused_norms:
-        del b["input_norm"], b["post_norm"]
-        b["qkv_proj"] += 4 * H  # 1 + the input norm's weight
-        b["o_proj"] += 4 * nb * H  # the residual x
     if c.has_indexer:
         n_blocks = (base_pos + nb) // R
         b["indexer_q"] = 4 * 2 * nb * inh * ihd + 4 * ihd
@@ -176,7 +170,5 @@ def layer_stage_bytes(cfg, nb, base_pos, kind, weight_format="q8", has_mlp=True,
         else:
             b["mlp_gate_up"] = bytes_linear(nb, H, 2 * I) + 4 * nb * 3 * I  # + swiglu pass
             b["mlp_down"] = bytes_linear(nb, I, H) + 4 * nb * 3 * H  # + residual add
-    if has_mlp and fused_norms:
-        b["mlp_gate_up"] += 4 * H  # 1 + the post-attention norm's weight
     b["total"] = sum(b.values())
     return b

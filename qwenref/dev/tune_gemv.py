@@ -50,7 +50,7 @@ def _launcher(fn, rows, threads, x, weights, y, n_in, n_out, nb):
     `rows` outputs per CTA of `threads` threads, into y."""
     cp = cupy()
     scalars = (cp.int32(n_in), cp.int32(n_out), *(cp.int32(n_out),) * 4)
-    tail = (cp.int32(0), cp.int32(nb), cp.int32(0), cp.uint64(0), cp.float32(0))  # no norm
+    tail = (cp.int32(0), cp.int32(nb), cp.int32(0))
 
     def run(i):
         w, d = weights[i]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._args import finite_float_arg, int_arg
+from .._args import int_arg
 from ._runtime import check_array, cupy, kernel, out_array, resolve_rung, type_name
 from .rungs import defaults_of, kernel_module, rungs_of
 
@@ -171,14 +171,13 @@ def _check_q8(q, d, n_in=None):
     return n_out, k
 
 
-def _launch(kind, x, w, d, y, ends=None, mode=0, resid=None, norm=None):
+def _launch(kind, x, w, d, y, ends=None, mode=0, resid=None):
     """One gemv.cu launch per chunk of <= 8 rows (one launch in total for nb <= 8).
 
     kind "q8" (w = q int8, d f16 scales) or "f32" (w float32, d None). ends: up to 4 segment
     ends (see gemv.cu); mode 0 plain (+ resid), 1 SwiGLU (interleaved gate/up rows ->
-    y [nb, n_out // 2]). norm (scale, eps): x RMS-normalized on the way in by the _n kernel,
-    scale = 1 + the zero-centred weight (float32 [n_in]). The kernel per chunk of rows comes
-    from pick_kernel. Arguments are checked by the callers.
+    y [nb, n_out // 2]). The kernel per chunk of rows comes from pick_kernel. Arguments are
+    checked by the callers.
     """
     cp = cupy()
     nb, n_in = x.shape
@@ -186,12 +185,11 @@ def _launch(kind, x, w, d, y, ends=None, mode=0, resid=None, norm=None):
     e = list(ends or ()) + [n_out] * (4 - len(ends or ()))
     rs = cp.uint64(0) if resid is None else resid  # NULL: no residual
     dd = cp.uint64(0) if d is None else d
-    nw, eps = (cp.uint64(0), 0.0) if norm is None else norm
     for b0 in range(0, nb, _MAX_NB):
         n = min(_MAX_NB, nb - b0)
         rows, threads, name = pick_kernel(kind, n, n_out)
         xs = x[b0 : b0 + n]  # contiguous rows, 16-byte aligned
-        kernel(kernel_module("gemv", "v1"), name + ("" if norm is None else "_n"))(
+        kernel(kernel_module("gemv", "v1"), name)(
             ((n_out + rows - 1) // rows,),
             (threads,),
             (
@@ -209,8 +207,6 @@ def _launch(kind, x, w, d, y, ends=None, mode=0, resid=None, norm=None):
                 cp.int32(b0),
                 cp.int32(nb),
                 cp.int32(mode),
-                nw,
-                cp.float32(eps),
             ),
         )
     return y
@@ -232,29 +228,6 @@ def _launch_v0(kind, x, w, d, y, resid=None):
         (x, *wd, y, rs, cp.int32(nb), cp.int32(n_in), cp.int32(n_out)),
     )
     return y
-
-
-def _norm_arg(norm, n_in):
-    """norm = None or (scale, eps): scale cupy float32 [n_in] (1 + a zero-centred weight),
-    16-byte aligned; eps a finite float >= 0. -> (scale, float eps) or None."""
-    if norm is None:
-        return None
-    if not isinstance(norm, tuple) or len(norm) != 2:
-        raise TypeError(f"norm must be None or a (scale, eps) tuple, got {type_name(norm)}")
-    scale, eps = norm
-    check_array("norm's scale", scale, dtype="float32", shape=(n_in,))
-    if scale.data.ptr % 16:
-        raise ValueError("norm's scale must be 16-byte aligned (the kernels load float4)")
-    return scale, finite_float_arg("norm's eps", eps, 0.0)
-
-
-def _normed(x, norm):
-    """The v0 rung's input: x RMS-normalized by gpu.norm (its own launch), or x itself."""
-    if norm is None:
-        return x
-    from .norm import rms_norm
-
-    return rms_norm(x, norm[0], norm[1], zero_centered=False)
 
 
 def _launch_rung(rung, kind, x, w, d, y, resid=None):
@@ -330,19 +303,16 @@ def _seg_ends_arg(seg_ends):
     return ends
 
 
-def gemv_segments(x, w, d, seg_ends, out=None, impl=None, norm=None):
+def gemv_segments(x, w, d, seg_ends, out=None, impl=None):
     """Fused projection: rows of w cut at seg_ends (ascending, < 5 segments) -> a list of
     contiguous [nb, len_s] float32 arrays (views of one flat buffer `out`, size nb·n_out).
-    d is None for float32 weights w, else w = q int8 with d its f16 scales. norm (scale, eps):
-    project rms_norm(x, scale, eps, zero_centered=False) instead of x (scale = 1 + a
-    zero-centred weight); v1 normalizes inside the GEMV, v0 by gpu.norm first. impl "v0": the
-    v0 GEMV into a temporary [nb, n_out], then one copy per segment."""
+    d is None for float32 weights w, else w = q int8 with d its f16 scales. impl "v0": the v0
+    GEMV into a temporary [nb, n_out], then one copy per segment."""
     rung = _rung(impl)
     ends = _seg_ends_arg(seg_ends)
     cp = cupy()
     n_out = _check_inputs(x, w, d)
     nb = x.shape[0]
-    norm = _norm_arg(norm, x.shape[1])
     if ends and ends[-1] > n_out:
         raise ValueError(f"seg_ends must be at most {n_out} (w's rows), got {ends}")
     flat = out_array("out", out, (nb * n_out,), cp.float32)
@@ -350,42 +320,40 @@ def gemv_segments(x, w, d, seg_ends, out=None, impl=None, norm=None):
     bounds = [0] + ends + [n_out]
     parts = [flat[nb * s : nb * e].reshape(nb, e - s) for s, e in zip(bounds, bounds[1:])]
     if rung == "v0":
-        y = _launch_v0(kind, _normed(x, norm), w, d, cp.empty((nb, n_out), cp.float32))
+        y = _launch_v0(kind, x, w, d, cp.empty((nb, n_out), cp.float32))
         for p, s, e in zip(parts, bounds, bounds[1:]):
             p[...] = y[:, s:e]
     else:
-        _launch(kind, x, w, d, flat, ends=ends, norm=norm)
+        _launch(kind, x, w, d, flat, ends=ends)
     return parts
 
 
-def gemv_q8_segments(x, q, d, seg_ends, out=None, impl=None, norm=None):
+def gemv_q8_segments(x, q, d, seg_ends, out=None, impl=None):
     """gemv_segments for Q8_0 weights (q int8, d f16)."""
-    return gemv_segments(x, q, d, seg_ends, out=out, impl=impl, norm=norm)
+    return gemv_segments(x, q, d, seg_ends, out=out, impl=impl)
 
 
-def gemv_swiglu(x, w, d, out=None, impl=None, norm=None):
+def gemv_swiglu(x, w, d, out=None, impl=None):
     """act = silu(x @ Wg.T) * (x @ Wu.T) with w holding gate and up rows interleaved
     (row 2i gate_i, row 2i+1 up_i): q int8 with d f16 scales, or float32 w with d None.
-    -> [nb, n_out // 2] float32. norm (scale, eps): x RMS-normalized first, as gemv_segments.
-    impl "v0": the v0 GEMV into a temporary [nb, n_out], then swiglu_interleaved (the same
-    silu and product as v1's fused epilogue)."""
+    -> [nb, n_out // 2] float32. impl "v0": the v0 GEMV into a temporary [nb, n_out], then
+    swiglu_interleaved (the same silu and product as v1's fused epilogue)."""
     rung = _rung(impl)
     cp = cupy()
     n_out = _check_inputs(x, w, d)
     if n_out % 2:
         raise ValueError(f"w must hold interleaved gate/up rows (an even count), got {n_out}")
-    norm = _norm_arg(norm, x.shape[1])
     y = out_array("out", out, (x.shape[0], n_out // 2), cp.float32)
     kind = "q8" if d is not None else "f32"
     if rung == "v0":
-        gu = _launch_v0(kind, _normed(x, norm), w, d, cp.empty((x.shape[0], n_out), cp.float32))
+        gu = _launch_v0(kind, x, w, d, cp.empty((x.shape[0], n_out), cp.float32))
         return swiglu_interleaved(gu, out=y)
-    return _launch(kind, x, w, d, y, mode=1, norm=norm)
+    return _launch(kind, x, w, d, y, mode=1)
 
 
-def gemv_q8_swiglu(x, q, d, out=None, impl=None, norm=None):
+def gemv_q8_swiglu(x, q, d, out=None, impl=None):
     """gemv_swiglu for Q8_0 weights (q int8, d f16)."""
-    return gemv_swiglu(x, q, d, out=out, impl=impl, norm=norm)
+    return gemv_swiglu(x, q, d, out=out, impl=impl)
 
 
 def swiglu_interleaved(gu, out=None):

@@ -5,11 +5,6 @@
       (only when a row can be selective) ─decode_attention(gate=...)─> o_proj ─add_rms_norm─> h2, x1
       ─gate|up GEMV with SwiGLU epilogue─> act ─down GEMV (+ x1 in its epilogue)─> y
 
-When gemv.cu runs the projections (q8 weights; f32 weights for up to 8 rows or in a graph) the
-two norms have no launch of their own: the qkv GEMV normalizes x on the way in, o_proj adds the
-residual in its epilogue (x1 = x + o), and the gate|up GEMV normalizes x1 on the way in
-(gemv.cu's _n kernels), so the step's stages "input_norm" and "post_norm" are absent.
-
 Same semantics and order as golden.FullAttentionLayer (the definition); the differences are
 float32 summation order inside the kernels and float32 RoPE angles (golden: float64).
 
@@ -114,6 +109,7 @@ class _Scratch:
         hd, H = c.head_dim, c.hidden_size
         self.nb = nb
         self.pos = cp.zeros((nb,), cp.int32)
+        self.h = cp.empty((nb, H), f)
         self.proj = cp.empty((nb * layer.n_proj,), f)  # segmented q|k|v|iq|ik output
         self.q = cp.empty((nb, c.nh, hd), f)
         self.k = cp.empty((nb, c.nkv, hd), f)
@@ -122,11 +118,9 @@ class _Scratch:
             cp.empty((nb, c.indexer_n_heads, c.indexer_head_dim), f) if c.has_indexer else None
         )
         self.attn = cp.empty((nb, c.nh, hd), f)
+        self.o = cp.empty((nb, H), f)
+        self.h2 = cp.empty((nb, H), f)
         self.x1 = cp.empty((nb, H), f)
-        self.xa = cp.empty((nb, H), f)  # x when the caller's is not 16-byte aligned (float4 loads)
-        self.h = self.o = self.h2 = None  # the unfused norms' outputs (cuBLAS steps only)
-        if layer._use_cublas(nb, False):
-            self.h, self.o, self.h2 = (cp.empty((nb, H), f) for _ in range(3))
         if layer.has_mlp:
             self.act = cp.empty((nb, c.intermediate_size), f)
             if layer._use_cublas(nb, False):
@@ -171,9 +165,6 @@ class FullAttentionLayer:
         ihd, inh = c.indexer_head_dim, c.indexer_n_heads
         self.norm_in = up(f32("input_layernorm.weight"))
         self.norm_post = up(f32("post_attention_layernorm.weight"))
-        # the fused norms' multipliers 1 + w, added in float32 as golden's norm adds them
-        self.scale_in = up(np.float32(1) + f32("input_layernorm.weight"))
-        self.scale_post = up(np.float32(1) + f32("post_attention_layernorm.weight"))
         self.q_norm = up(f32("self_attn.q_norm.weight"))
         self.k_norm = up(f32("self_attn.k_norm.weight"))
         self.iq_norm = self.ik_norm = None
@@ -298,11 +289,6 @@ class FullAttentionLayer:
             return True
         return nb > 8 and not capturing
 
-    def fuses_norms(self, nb, capturing=False):
-        """Do the GEMVs of an nb-row step normalize their inputs themselves (no input_norm
-        and post_norm launches)? True wherever gemv.cu runs the projections."""
-        return not self._use_cublas(nb, capturing)
-
     def _wd(self, w):
         """(weights, scales) as gemv._launch takes them."""
         return w if self.weight_format == "q8" else (w, None)
@@ -319,21 +305,18 @@ class FullAttentionLayer:
         nb, hd, eps = s.nb, c.head_dim, c.rms_norm_eps
         kind = self.weight_format
         cublas = self._use_cublas(nb, capturing)
-        if not cublas and x.data.ptr % 16:
-            s.xa[...] = x
-            x = s.xa
+        op.rms_norm(x, self.norm_in, eps, out=s.h)
+        mark("input_norm")
+
         parts = s.parts(self)
         if cublas:
-            op.rms_norm(x, self.norm_in, eps, out=s.h)
-            mark("input_norm")
             r0 = 0
             for n, out in zip(self.seg_sizes, parts):
                 op.gemv.linear(s.h, self.w_proj[r0 : r0 + n], out=out)  # row slice: contiguous
                 r0 += n
         else:
             ends = np.cumsum(self.seg_sizes)[:-1].tolist()
-            norm = (self.scale_in, eps)
-            op.gemv._launch(kind, x, *self._wd(self.w_proj), s.proj, ends=ends, norm=norm)
+            op.gemv._launch(kind, s.h, *self._wd(self.w_proj), s.proj, ends=ends)
         mark("qkv_proj")
         qg = parts[0].reshape(nb, c.nh, 2 * hd)  # per head [q_h | gate_h]
         k_raw = parts[1].reshape(nb, c.nkv, hd)
@@ -391,18 +374,16 @@ class FullAttentionLayer:
         attn2 = s.attn.reshape(nb, c.nh * hd)
         if cublas:
             op.gemv.linear(attn2, self.w_o, out=s.o)
-            mark("o_proj")
-            op.add_rms_norm(s.o, x, self.norm_post, eps, out=s.h2, sum_out=s.x1)  # x1 = attn + x
-            mark("post_norm")
         else:
-            op.gemv._launch(kind, attn2, *self._wd(self.w_o), s.x1, resid=x)  # x1 = attn + x
-            mark("o_proj")
+            op.gemv._launch(kind, attn2, *self._wd(self.w_o), s.o)
+        mark("o_proj")
+        op.add_rms_norm(s.o, x, self.norm_post, eps, out=s.h2, sum_out=s.x1)  # x1 = attn + x
+        mark("post_norm")
         if not self.has_mlp:
             y[...] = s.x1
             return y
         if not cublas:
-            norm = (self.scale_post, eps)
-            op.gemv._launch(kind, s.x1, *self._wd(self.w_gu), s.act, mode=1, norm=norm)
+            op.gemv._launch(kind, s.h2, *self._wd(self.w_gu), s.act, mode=1)
             mark("mlp_gate_up")
             op.gemv._launch(kind, s.act, *self._wd(self.w_down), y, resid=s.x1)
         else:

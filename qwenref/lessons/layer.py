@@ -87,12 +87,9 @@ def caption_joined_kernels(fig, recs):
 
 def print_stage_bytes(sel, dense, budget):
     """Per stage, the bytes of one step with the indexer (sel) and with every row dense
-    (dense), each {stage: bytes, "total": bytes}, in MiB and shares of the step; a stage in
-    neither (the norms, where the GEMVs normalize their inputs) is left out."""
+    (dense), each {stage: bytes, "total": bytes}, in MiB and shares of the step."""
     print(f"{'stage':<14}{'indexer (budget ' + str(budget) + ')':>26}{'dense rows':>22}")
     for st in STAGES + ("total",):
-        if st not in sel and st not in dense:
-            continue
         a, b = sel.get(st, 0), dense.get(st, 0)
         print(
             f"{st:<14}{a / 2**20:12.2f} MiB {100 * a / sel['total']:5.1f} %"
