@@ -88,6 +88,7 @@ template <int N>
 struct TqShape {
     static constexpr int E = N == 256 ? 16 : WhtShape<N>::E;
     static constexpr int L = N / E, RPW = 32 / L;
+    static constexpr bool FMA = true;
 };
 
 template <int N, int B>

@@ -24,10 +24,13 @@ struct WhtShape {
     static constexpr int E = N >= 128 ? N / 32 : 4;  // elements per lane
     static constexpr int L = N / E;                  // lanes per row (4, 8, 16 or 32)
     static constexpr int RPW = 32 / L;               // rows per warp
+    static constexpr bool FMA = false;  // the cross-lane pass as a select and an add (below)
 };
 
 // SH: the layout of the row (WhtShape<N>, or another E with L = N / E lanes: the same passes in
-// the same order give the same bits wherever the elements sit).
+// the same order give the same bits wherever the elements sit). SH::FMA: the cross-lane pass as
+// one fma, o + s v with s = ±1 (the same bits as v + o and o - v: one rounding of the same sum),
+// one instruction fewer than the select and add.
 template <int N, typename SH = WhtShape<N>>
 __device__ __forceinline__ void wht_regs(float (&v)[SH::E], int sub) {
     constexpr int E = SH::E, L = SH::L;
@@ -44,11 +47,16 @@ __device__ __forceinline__ void wht_regs(float (&v)[SH::E], int sub) {
     }
 #pragma unroll
     for (int m = 1; m < L; m <<= 1) {
-        const float s = (sub & m) != 0 ? -1.0f : 1.0f;  // the upper lane keeps o - v
+        const bool upper = (sub & m) != 0;
+        const float s = upper ? -1.0f : 1.0f;
 #pragma unroll
         for (int i = 0; i < E; ++i) {
             const float o = __shfl_xor_sync(FULL_MASK, v[i], m);
-            v[i] = fmaf(s, v[i], o);  // o ± v, one rounding: the same bits as a + b, a - b
+            if constexpr (SH::FMA) {
+                v[i] = fmaf(s, v[i], o);
+            } else {
+                v[i] = upper ? o - v[i] : v[i] + o;
+            }
         }
     }
 }
