@@ -228,10 +228,10 @@ __device__ __forceinline__ void append_tq_n(const float* src0, unsigned char* c0
 }
 
 // rows of 512 and 1024 hold 16 and 32 values a lane: built for one block an SM, so that ptxas gives
-// them the registers they need; 256 (16 a lane, two rows a warp): TQ_MINB_256 blocks; the others
-// eight blocks, 64 registers
+// them the registers they need; 256 (16 a lane, two rows a warp): TQ_MINB_256 blocks, 6 (80
+// registers) measured faster than 3, 4 or 8 (docs/tuning-log.md); the others eight, 64 registers
 #ifndef TQ_MINB_256
-#define TQ_MINB_256 4
+#define TQ_MINB_256 6
 #endif
 #define KV_APPEND_TQ(NN)                                                                           \
     extern "C" __global__ void __launch_bounds__(128, NN >= 512   ? 1                              \
