@@ -25,7 +25,7 @@ import qwenref
 from qwenref import golden
 from qwenref.golden.tq import tq_quantize_core
 from qwenref.gpu import kvcache as gpu_kv
-from qwenref.gpu._runtime import kernel_source
+from qwenref.gpu._runtime import kernel_source, resident_blocks
 from qwenref.layout import TQ_KINDS, side_arrays, tq_bits, tq_signs
 
 gpu = pytest.mark.gpu
@@ -164,6 +164,27 @@ def test_kvcache_tq_append_matches_golden(cp, rng, kind, hd, impl):
     ):
         g = st["gamma"][:, :t, None].astype(np.float32)
         assert (np.abs(a - b) <= gap * g * 1.001 + 1e-30).all()
+
+
+@gpu
+@pytest.mark.parametrize("hd", (128, 256))
+def test_kvcache_tq_append_more_rows_than_a_wave(cp, rng, hd):
+    """The append's grid stops at one wave of resident blocks and its warps stride over the
+    rest: with 4x more row groups than the grid has warps, every row is still coded."""
+    cfg = _cfg(hd, nkv=4)
+    kern = gpu_kv._tq_append_kernel(hd)
+    wave = resident_blocks(kern, 128)  # blocks of 4 warps
+    nb = -(-4 * 4 * wave * gpu_kv._tq_rows_per_warp(hd) // (2 * cfg.nkv))  # K and V rows
+    assert gpu_kv._tq_grid(kern, hd, 2 * nb * cfg.nkv) == (wave,)
+    cache = gpu_kv.KVCache(cfg, max_t=nb, kind="tq2")
+    k = outlier_rows(rng, nb * cfg.nkv, hd).reshape(nb, cfg.nkv, hd)
+    v = outlier_rows(rng, nb * cfg.nkv, hd).reshape(nb, cfg.nkv, hd)
+    cache.append(cp.asarray(k), cp.asarray(v), impl="v1")
+    for side, x in (("k_store", k), ("v_store", v)):
+        rc, rg = tq_quantize_core(golden_rotated(x.transpose(1, 0, 2)), 2)
+        got = {a: cp.asnumpy(b) for a, b in getattr(cache, side).items()}
+        assert_bits_equal(got["codes"], rc, f"{side} codes")
+        assert_bits_equal(got["gamma"], rg, f"{side} gamma")
 
 
 @gpu

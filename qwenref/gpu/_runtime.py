@@ -103,6 +103,36 @@ def kernel(module_name: str, fn: str, options: tuple = ()):
     return module(module_name, options).get_function(fn)
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_limits(device_id):
+    """(SMs, registers, threads, shared-memory bytes per SM) of a device (H100/H200 defaults for
+    any attribute CuPy does not report)."""
+    a = cupy().cuda.Device(device_id).attributes
+    return (
+        a.get("MultiProcessorCount", 132),
+        a.get("MaxRegistersPerMultiprocessor", 65536),
+        a.get("MaxThreadsPerMultiProcessor", 2048),
+        a.get("MaxSharedMemoryPerMultiprocessor", 228 * 1024),
+    )
+
+
+def resident_blocks(kern, threads, smem=0):
+    """Blocks of `threads` threads of kernel `kern` (dynamic shared memory `smem` bytes, its
+    static shared memory added) that fit on the current device at once: a grid of this many
+    blocks is one wave, and a grid-stride kernel needs no more."""
+    sms, regs_sm, threads_sm, smem_sm = _sm_limits(cupy().cuda.Device().id)
+    try:
+        regs = max(1, int(kern.num_regs))
+        smem += int(kern.shared_size_bytes)
+    except Exception:  # attributes missing: assume 128 registers, no static shared memory
+        regs = 128
+    regs = -(-regs // 8) * 8  # allocation granularity
+    per_sm = min(
+        regs_sm // (regs * threads), threads_sm // threads, smem_sm // (smem + 1024), 32
+    )  # 1 KiB reserved per block
+    return sms * max(1, per_sm)
+
+
 # ---- argument checks ----------------------------------------------------------------------
 # Every wrapper checks its arguments in one order: impl and the plain Python arguments (sizes,
 # flags, eps, theta: qwenref._args' helpers) first, which needs no GPU; then each array with

@@ -24,7 +24,7 @@ from ..golden.kvcache import KVCache as GoldenKVCache
 from ..golden.tq import tq_codebook as golden_tq_codebook
 from ..kvcache_base import KVCacheBase
 from ..layout import CACHE_KINDS, Q8_GROUP, TURBO_GROUP, tq_bits, turbo_bits
-from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
+from ._runtime import check_array, cupy, kernel, out_array, resident_blocks, resolve_rung
 from .rungs import defaults_of, kernel_module, rungs_of
 
 __all__ = [
@@ -225,6 +225,23 @@ def _tq_width(name, n):
         )
 
 
+def _tq_append_kernel(n):
+    return kernel(kernel_module("tq_append", "v1"), f"kv_append_tq_n{n}")
+
+
+def _tq_rows_per_warp(n):
+    per_lane = 16 if n == 256 else max(4, n // 32)  # kvcache_tq.cu's TqShape: E values a lane
+    return 32 // (n // per_lane)
+
+
+def _tq_grid(kern, n, rows):
+    """The tq append's grid for `rows` rows of width n: enough warps for every row, at most one
+    wave of resident blocks. Its warps stride over the rows, so a larger grid only adds blocks
+    that each pay the set-up (sign pattern, codebook) for one trip."""
+    (needed,) = _grid(-(-rows // _tq_rows_per_warp(n)), _THREADS // 32)
+    return (min(needed, resident_blocks(kern, _THREADS)),)
+
+
 def _launch_tq(
     x, codes, gamma, rows_nb, nkv, max_t, t0, bits, x1=None, c1=None, g1=None, rotate=False
 ):
@@ -233,11 +250,9 @@ def _launch_tq(
     sides = 1 if x1 is None else 2
     if x1 is None:
         x1, c1, g1 = x, codes, gamma
-    per_lane = 16 if n == 256 else max(4, n // 32)  # kvcache_tq.cu's TqShape: E values a lane
-    rows_per_warp = 32 // (n // per_lane)
-    warps = -(-sides * rows_nb * nkv // rows_per_warp)
-    kernel(kernel_module("tq_append", "v1"), f"kv_append_tq_n{n}")(
-        _grid(warps, _THREADS // 32),
+    kern = _tq_append_kernel(n)
+    kern(
+        _tq_grid(kern, n, sides * rows_nb * nkv),
         (_THREADS,),
         (
             x,

@@ -18,12 +18,10 @@ head_norm_rope: "v0" (head_norm_rope_v0) and "v1" (head_norm_rope, the default).
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from .._args import check_rotary_fits, rope_scalars
-from ._runtime import check_array, cupy, kernel, out_array, resolve_rung
+from ._runtime import check_array, kernel, out_array, resident_blocks, resolve_rung
 from .rungs import defaults_of, kernel_module, rungs_of
 
 __all__ = ["qk_norm_rope", "head_norm_rope", "RUNGS", "DEFAULT_RUNG", "rung_kernel"]
@@ -74,34 +72,6 @@ def rung_kernel(family, impl=None, head_dim=None, aligned=True, **shape):
     heads = shape.get("nb", 1) * (shape.get("nh", 1) + shape.get("nkv", 0))
     pipe_ok = hd is not None and hd % 4 == 0 and hd <= 512 and bool(aligned)
     return _qk_kernel_name(rung, hd, heads, pipe_ok)
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_limits(device_id):
-    """(SMs, registers, threads, shared-memory bytes per SM) of a device (H100/H200 defaults for
-    any attribute CuPy does not report)."""
-    a = cupy().cuda.Device(device_id).attributes
-    return (
-        a.get("MultiProcessorCount", 132),
-        a.get("MaxRegistersPerMultiprocessor", 65536),
-        a.get("MaxThreadsPerMultiProcessor", 2048),
-        a.get("MaxSharedMemoryPerMultiprocessor", 228 * 1024),
-    )
-
-
-def _resident_blocks(kern, threads, smem):
-    """Blocks of `threads` threads that fit on the device at once (registers, threads, shared
-    memory per SM), for a persistent grid."""
-    sms, regs_sm, threads_sm, smem_sm = _sm_limits(cupy().cuda.Device().id)
-    try:
-        regs = max(1, int(kern.num_regs))
-    except Exception:  # attribute missing: assume 128
-        regs = 128
-    regs = -(-regs // 8) * 8  # allocation granularity
-    per_sm = min(
-        regs_sm // (regs * threads), threads_sm // threads, smem_sm // (smem + 1024), 32
-    )  # 1 KiB reserved per block
-    return sms * max(1, per_sm)
 
 
 def _check_head_dim(name, hd):
@@ -175,7 +145,7 @@ def qk_norm_rope(
         kern = kernel(module, name)
         items = nb * -(-(nh + nkv) // hpw)
         smem = 4 * (rotary_dim // 2 + _PIPE_WARPS * 2 * rotary_dim)
-        grid = min(-(-items // _PIPE_WARPS), _resident_blocks(kern, 32 * _PIPE_WARPS, smem))
+        grid = min(-(-items // _PIPE_WARPS), resident_blocks(kern, 32 * _PIPE_WARPS, smem))
         kern((grid,), (32 * _PIPE_WARPS,), args, shared_mem=smem)
     elif heads:
         kernel(module, name)((min(heads, _MAX_GRID),), (32,), args, shared_mem=4 * hd)
