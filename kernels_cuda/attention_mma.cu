@@ -16,7 +16,7 @@
 // g*NREP + r) is the MMA's N dimension, padded to 8*NT8. Only hd 128 / 256 (the wrapper uses
 // v1 otherwise); shape -DATTN_HD, -DATTN_NREP (attention.cuh); -DMMA_KIND_<kind> builds that
 // kind's kernels alone (the wrapper's way; without one, every kind's); knobs -DMMA_NW,
-// -DMMA_NSTAGE, -DMMA_UNROLL_G, -DMMA_MINB_N1. Sparse V uses v1.
+// -DMMA_NSTAGE, -DMMA_UNROLL_G, -DMMA_MINB_N1, -DMMA_TQ2_QUAD. Sparse V uses v1.
 // Bytes per kv head, T tokens of the rows' union, for all rows together: K and V stored rows
 // (q8 hd + hd/32*2, turboN hd*N/8 + hd/16*2, tqB hd*B/8 + 2, bf16 2*hd; hd 256: 544, 320
 // (turbo4), 260 (tq4), 1024 B per token for K+V), plus q (nb*nh*hd*4) and the partials
@@ -101,7 +101,7 @@ __device__ __forceinline__ void partials_mma(
     float* sL = reinterpret_cast<float*>(smem + L::L_OFF);            // [NW][NCOL] warp l
     float* sM = reinterpret_cast<float*>(smem + L::M_OFF);            // [NCOL]
     float* sQmax = reinterpret_cast<float*>(smem + L::QMAX_OFF);      // [NW]
-    unsigned* sTab = reinterpret_cast<unsigned*>(smem + L::TAB_OFF);  // tq: the pair table
+    unsigned* sTab = reinterpret_cast<unsigned*>(smem + L::TAB_OFF);  // tq: the codebook's table
 
     const int g = blockIdx.x, split = blockIdx.y;
     const int nkv = gridDim.x, S = gridDim.y;
@@ -182,16 +182,12 @@ __device__ __forceinline__ void partials_mma(
         }
         cp_commit();
     }
-    // tq: entry e = (fC[e & m], fC[e >> B]) in every bank (kv_tile.cuh); codebook[NC] = 1/f goes
-    // into q (K) and P (V), so that scores and O are those of C itself
+    // tq: the codebook's table (kv_tile.cuh's TqTable); codebook[2^B] = 1/f goes into q (K) and
+    // P (V), so that scores and O are those of C itself
     float inv_f = 1.f;
     if constexpr (L::TQB > 0) {
-        constexpr int NC = 1 << L::TQB;
-        for (int i = tid; i < NC * NC * 32; i += NT) {
-            const int e = i >> 5;
-            sTab[i] = pack_h2(codebook[e & (NC - 1)], codebook[e >> L::TQB]);
-        }
-        inv_f = codebook[NC];
+        TqTable<L::TQB>::fill(sTab, codebook, tid, NT);
+        inv_f = codebook[1 << L::TQB];
     }  // prepare_q's barrier publishes it
     const float sinv =
         prepare_q<KL, NT8>(q, g, nh, ncv, qscale * inv_f, reinterpret_cast<unsigned*>(sQ), sQmax);

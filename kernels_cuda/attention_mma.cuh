@@ -22,6 +22,9 @@
 #ifndef MMA_MINB_N1
 #define MMA_MINB_N1 0  // CTAs per SM the NT8 = 1 kernels are built for; 0: the kind's (minb_n1)
 #endif
+#ifndef MMA_TQ2_QUAD
+#define MMA_TQ2_QUAD 0  // 1: tq2 looks its codes up four at a time (kv_tile.cuh's TqTable)
+#endif
 
 namespace mma_attn {
 
@@ -59,6 +62,9 @@ constexpr int minb_n1() {
     return MMA_MINB_N1 > 0 ? MMA_MINB_N1 : (KL::TQB > 0 ? 3 : 1);
 }
 
+template <int B>
+struct TqTable;  // kv_tile.cuh
+
 // All of a CTA's shared memory is this one dynamic layout. Keep it so: a 16-byte static
 // __shared__ array beside it (a ticket ring) makes every mma kernel markedly slower by moving
 // where the dynamic part starts; as a slot here it costs nothing (docs/tuning-log.md).
@@ -79,9 +85,9 @@ struct Lay {
     static constexpr int L_OFF = RED_OFF + NCOL * NW * 4;
     static constexpr int M_OFF = L_OFF + NCOL * NW * 4;
     static constexpr int QMAX_OFF = M_OFF + NCOL * 4;
-    // tq: the pair table of the codebook (kv_tile.cuh), 2^(2B) entries x 32 banks x 4 B
+    // tq: the codebook's table (kv_tile.cuh's TqTable: 128 B an entry)
     static constexpr int TQB = KL::TQB > VL::TQB ? KL::TQB : VL::TQB;
-    static constexpr int TAB_BYTES = TQB > 0 ? (1 << (2 * TQB)) * 128 : 0;
+    static constexpr int TAB_BYTES = TQB > 0 ? TqTable<TQB>::BYTES : 0;
     static constexpr int TAB_OFF = TQB > 0 ? (QMAX_OFF + NW * 4 + 15) / 16 * 16 : QMAX_OFF + NW * 4;
     static constexpr int BYTES = TAB_OFF + TAB_BYTES;
 };

@@ -167,14 +167,16 @@ __device__ __forceinline__ float prepare_q(const float* __restrict__ q, int g, i
     for (int i = 0; i < CPW; ++i) {
         const int c = warp + i * NW;
 #pragma unroll
-        for (int k = 0; k < E; k += 2) {
+        for (int m = 0; m < E / 2; ++m) {  // the half2 of dims k, k + QPAIR
+            const int k = m % KL::QPAIR + 2 * KL::QPAIR * (m / KL::QPAIR);
+            const int k2 = k + KL::QPAIR;
             const int d = KL::qpos(E * lane + k), ks = d / 16, o16 = d % 16;
             const int tig = KL::PERM ? o16 / 4 : (o16 % 8) / 2;
             const int slot = KL::PERM ? (o16 % 4) / 2 : o16 / 8;
             unsigned hi, lo;
             // KL::qf: the power of two a K loader's operand carries for dim % 4 (E % 4 == 0)
-            split2<KL::BF16>(v[i][k] * (qmul * KL::qf(k % 4)),
-                             v[i][k + 1] * (qmul * KL::qf((k + 1) % 4)), hi, lo);
+            split2<KL::BF16>(v[i][k] * (qmul * KL::qf(k % 4)), v[i][k2] * (qmul * KL::qf(k2 % 4)),
+                             hi, lo);
             unsigned* entry = sQw + 4 * (((ks * NT8 + c / 8) * 32) + (c % 8) * 4 + tig);
             entry[slot] = hi;
             entry[2 + slot] = lo;

@@ -628,3 +628,15 @@ def test_tq_smem_holds_the_pair_table():
     smem = A.mma_smem_bytes(256, 1, kind="tq4")
     assert smem == -(-base // 16) * 16 + 256 * 128 == 75568
     assert 3 * (smem + 1024) <= 228 * 1024
+
+
+def test_tq2_quad_table_fits_three_ctas():
+    """tq2's table with -DMMA_TQ2_QUAD=1: 256 quad entries x 16 copies x 8 B in place of 16 pair
+    entries x 32 banks x 4 B, and three one-row CTAs still share an SM."""
+    quad = ("-DMMA_TQ2_QUAD=1",)
+    for hd, n in ((256, 1), (256, 4), (128, 2)):
+        pairs = A.mma_smem_bytes(hd, n, kind="tq2")
+        assert A.mma_smem_bytes(hd, n, quad, kind="tq2") == pairs - 16 * 128 + 256 * 128
+    assert A.mma_smem_bytes(256, 1, ("-DMMA_TQ2_QUAD=0",), kind="tq2") == 32560
+    assert A.mma_smem_bytes(256, 1, quad, kind="tq4") == 75568  # tq2's alone
+    assert 3 * (A.mma_smem_bytes(256, 1, quad, kind="tq2") + 1024) <= 228 * 1024

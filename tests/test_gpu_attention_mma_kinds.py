@@ -168,6 +168,52 @@ def test_mma_selective_row(cp, gpu, rng, kind, hd, n_rep):
     ref.check(cp, m, l, o, out)
 
 
+QUAD = ("-DMMA_TQ2_QUAD=1",)  # tq2's codes looked up four at a time (kv_tile.cuh's TqTable)
+
+
+@pytest.mark.parametrize("hd,n_rep", HEADS, ids=[f"hd{h}-nrep{r}" for h, r in HEADS])
+@pytest.mark.parametrize("T,nb,S", SHAPES[3:], ids=[f"T{t}-nb{b}-S{s}" for t, b, s in SHAPES[3:]])
+def test_tq2_quad_table_matches_golden(cp, gpu, rng, hd, n_rep, T, nb, S):
+    """The quad lookups permute K's dims within a thread's k-indices and pair V's two tokens and
+    two dims in one index: the same bounds as the pair table, at 1, 3 and 4 rows."""
+    cfg = make_cfg(hd, n_rep)
+    gc, cache = make_cache(gpu, cfg, "tq2", T, rng)
+    base_pos = T - nb
+    q = make_q(cfg, nb, rng, head_scales=True)
+    ref = Ref(gc, "tq2", q, [np.arange(base_pos + b + 1) for b in range(nb)], S)
+    p = gpu_attention.plan(cache, nb, base_pos=base_pos, n_splits=S, impl="mma", options=QUAD)
+    assert p.rung == "mma" and "-DMMA_TQ2_QUAD=1" in p.options
+    assert p.smem == gpu_attention.mma_smem_bytes(hd, -(-nb * n_rep // 8), QUAD, "tq2")
+    nh = cfg.nh
+    m, l, o = poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh)), poisoned(cp, (nb, S, nh, hd))
+    gpu.attn_partials(cp.asarray(q), cache, base_pos, m_out=m, l_out=l, o_out=o, plan=p)
+    out = gpu.decode_attention(cp.asarray(q), cache, base_pos, plan=p)
+    ref.check(cp, m, l, o, out)
+
+
+@pytest.mark.parametrize("hd", [128, 256])
+def test_tq2_quad_selective_row(cp, gpu, rng, hd):
+    cfg = make_cfg(hd, 6)
+    T, S = 2000, 4
+    gc, cache = make_cache(gpu, cfg, "tq2", T, rng)
+    idx = selection(rng, T, 9, 48)
+    q = make_q(cfg, 1, rng, head_scales=True)
+    ref = Ref(gc, "tq2", q, [idx], S)
+    si, sn = cp.asarray(idx[None].copy()), cp.asarray(np.array([len(idx)], np.int32))
+    p = gpu_attention.plan(
+        cache,
+        1,
+        base_pos=T - 1,
+        selective=True,
+        width=len(idx),
+        n_splits=S,
+        impl="mma",
+        options=QUAD,
+    )
+    out = gpu.decode_attention(cp.asarray(q), cache, T - 1, sel_idx=si, sel_n=sn, plan=p)
+    ref.check(cp, None, None, None, out)
+
+
 TQ = [k for k in KINDS if side_kinds(k) in gpu_attention.MMA_ONLY_PAIRS]
 
 
@@ -235,3 +281,9 @@ def test_smem_layout_matches_kernel(cp, gpu, kind, hd):
     out = cp.zeros(4, np.int32)
     kernel("attention_mma", f"attn_mma_smem_bytes_{sfx}", plans[0].options)((1,), (1,), (out,))
     assert cp.asnumpy(out).tolist() == [p.smem for p in plans]
+    if kind == "tq2":  # the quad table's layout too
+        opts = plans[0].options + QUAD
+        kernel("attention_mma", f"attn_mma_smem_bytes_{sfx}", opts)((1,), (1,), (out,))
+        assert cp.asnumpy(out).tolist() == [
+            gpu_attention.mma_smem_bytes(hd, n, QUAD, kind) for n in (1, 2, 3, 4)
+        ]

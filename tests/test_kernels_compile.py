@@ -346,17 +346,49 @@ int main() {
 
 
 @needs_nvcc
+def test_tq2_quad_kernels_compile(tmp_path):
+    """The tq2 kernels with -DMMA_TQ2_QUAD=1 (their table of quads, kv_tile.cuh), a knob off
+    by default: built here so that it cannot rot while the pair table is the default, with every
+    tq2 kernel reaching ptxas and none spilling."""
+    res = subprocess.run(
+        [
+            NVCC,
+            "-arch=sm_90",
+            "-std=c++17",
+            "-I",
+            str(ROOT / "kernels_cuda"),
+            "-cubin",
+            "-DMMA_KIND_tq2",
+            "-DMMA_TQ2_QUAD=1",
+            "-Xptxas",
+            "-v",
+            str(ROOT / "kernels_cuda" / "attention_mma.cu"),
+            "-o",
+            str(tmp_path / "q.cubin"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    kernels = {k.name: k for k in compile_check.parse_ptxas(res.stderr)}
+    names = {f"attn_partials_tq2_mma_{n}" for n in ("n1", "n2", "n3", "n4", "sel_n1")}
+    assert names <= set(kernels), sorted(kernels)
+    assert all(kernels[n].spill_stores == 0 == kernels[n].spill_loads for n in names)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("quad", [(), ("-DMMA_TQ2_QUAD=1",)], ids=["pairs", "tq2-quads"])
 @pytest.mark.parametrize("hd", [256, 128])
-def test_mma_smem_mirror_matches_the_header(hd, tmp_path):
+def test_mma_smem_mirror_matches_the_header(hd, quad, tmp_path):
     """attention_plan.mma_smem_bytes (what the plan checks before choosing the mma rung, without
     a GPU) equals mma_attn::Lay<K, V, NT8>::BYTES of the headers, built for the host and run:
-    every kind with mma kernels, NT8 1..4."""
+    every kind with mma kernels, NT8 1..4, tq2's table of pairs or of quads."""
     from qwenref.gpu import attention_plan as A
 
     src = tmp_path / "lay.cu"
     src.write_text(_LAY_PROBE)
     exe = tmp_path / "lay"
-    flags = ["-std=c++17", "-DMMA_NW=0", f"-DATTN_HD={hd}", "-DATTN_NREP=6"]
+    flags = ["-std=c++17", "-DMMA_NW=0", f"-DATTN_HD={hd}", "-DATTN_NREP=6", *quad]
     subprocess.run(
         [NVCC, *flags, "-I", str(ROOT / "kernels_cuda"), str(src), "-o", str(exe)],
         check=True,
@@ -367,5 +399,5 @@ def test_mma_smem_mirror_matches_the_header(hd, tmp_path):
     rows = [line.split() for line in out.splitlines()]
     assert len(rows) == 12
     for kind, *sizes in rows:
-        mirror = [A.mma_smem_bytes(hd, n, kind=kind) for n in (1, 2, 3, 4)]
+        mirror = [A.mma_smem_bytes(hd, n, quad, kind=kind) for n in (1, 2, 3, 4)]
         assert mirror == [int(x) for x in sizes], kind

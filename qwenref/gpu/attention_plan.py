@@ -226,7 +226,7 @@ def _mma_pair(kind):
 def mma_smem_bytes(hd, nt8, options=(), kind="q8"):
     """Dynamic shared memory, in bytes, of attn_partials_<kind>_mma_n<nt8> at head_dim hd (the
     selective kernel _sel_n1 has n1's) for a cache kind (layout.CACHE_KINDS), compiled with
-    `options` (MMA_NW, MMA_NSTAGE change it). Mirrors mma_attn::Lay in
+    `options` (MMA_NW, MMA_NSTAGE, MMA_TQ2_QUAD change it). Mirrors mma_attn::Lay in
     kernels_cuda/attention_mma.cuh; tests/test_gpu_attention_mma.py checks it against the
     kernel's own attn_mma_smem_bytes_<kind>. Needs no GPU."""
     if hd not in MMA_HEAD_DIMS:
@@ -250,8 +250,11 @@ def mma_smem_bytes(hd, nt8, options=(), kind="q8"):
         + ncol * 4  # running max
         + nw * 4  # q maxima
     )
-    if k_side.startswith("tq"):  # the codebook's pair table: 2^(2b) entries x 32 banks x 4 B
-        nbytes = -(-nbytes // 16) * 16 + (1 << 2 * tq_bits(k_side)) * 128
+    if k_side.startswith("tq"):  # the codebook's table: 128 B an entry (kv_tile.cuh's TqTable)
+        b = tq_bits(k_side)
+        quad = b == 2 and _opt_value(options, "MMA_TQ2_QUAD", 0)
+        entries = 256 if quad else 1 << 2 * b  # four codes an entry, or two
+        nbytes = -(-nbytes // 16) * 16 + entries * 128
     return nbytes
 
 
