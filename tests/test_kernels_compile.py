@@ -35,13 +35,13 @@ def declared_kernels(source: str) -> set:
 
 @functools.lru_cache(maxsize=None)
 def _both() -> tuple:
-    """Every file's builds (pasted, every arch; as a file, sm_90), all at once on the first
-    call: cached ones are read, the others built in one pool (a test run on its own, without
-    compile_check before it)."""
+    """Every file's builds (pasted, every arch; as a file, every AS_FILE_ARCHS), all at once on
+    the first call: cached ones are read, the others built in one pool (a test run on its own,
+    without compile_check before it)."""
     res, files = compile_check.check_all(
         CU_FILES, NVCC, compile_check.ARCHS, compile_check.default_cache_dir()
     )
-    return {r.name: r for r in res}, {b.name: b for b in files}
+    return {r.name: r for r in res}, {(b.name, b.arch): b for b in files}
 
 
 def _results() -> dict:
@@ -66,12 +66,19 @@ def test_kernel_compiles(cu, arch):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("arch", compile_check.AS_FILE_ARCHS)
 @pytest.mark.parametrize("cu", CU_FILES, ids=[p.name for p in CU_FILES])
-def test_kernel_compiles_as_the_file_on_disk(cu):
-    """nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -ptx X.cu: the headers found by -I, each
-    included as often as the includes say (include guards), as a reader builds a file by hand."""
-    b = _both()[1][cu.name]
-    assert b.ok and b.arch == "sm_90", f"{cu.name} does not compile as a file:\n{b.messages}"
+def test_kernel_compiles_as_the_file_on_disk(cu, arch):
+    """nvcc -arch=<arch> -std=c++17 -I kernels_cuda -ptx X.cu: the headers found by -I, each
+    included as often as the includes say (include guards), as a reader builds a file by hand,
+    for Ampere, Ada and Hopper (sm_90a too)."""
+    b = _both()[1][(cu.name, arch)]
+    assert b.ok, f"{cu.name} does not compile as a file for {arch}:\n{b.messages}"
+
+
+def test_as_file_archs_cover_the_readers_targets():
+    assert compile_check.AS_FILE_ARCHS == ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+    assert set(compile_check.ARCHS) <= set(compile_check.AS_FILE_ARCHS)
 
 
 def test_every_kernel_file_is_checked():
@@ -97,7 +104,9 @@ def test_as_file_check_catches_a_missing_include_guard(tmp_path, monkeypatch):
         'extern "C" __global__ void k(float* x) { x[0] = one(); }\n'
     )
     monkeypatch.setattr(_runtime, "kernels_dir", lambda: kdir)
-    run = lambda: compile_check.check_all([kdir / "k.cu"], NVCC, ("sm_90",), cache)
+    run = lambda: compile_check.check_all(
+        [kdir / "k.cu"], NVCC, ("sm_90",), cache, None, ("sm_90",)
+    )
     (pasted,), (as_file,) = run()
     assert pasted.ok and not as_file.ok and "already been defined" in as_file.messages, as_file
     assert as_file.messages.startswith("kernels_cuda/one.cuh"), as_file.messages  # no tmp path

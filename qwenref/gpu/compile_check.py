@@ -20,9 +20,9 @@ which mma attention kernels fit the dynamic shared memory a block may opt into t
 runs v1 instead of the others: qwenref/gpu/attention_plan.py).
 
 Each file of kernels_cuda/ is also compiled as the file on disk, the way a reader builds one by
-hand: `nvcc -arch=sm_90 -std=c++17 -I kernels_cuda -ptx X.cu` (AS_FILE_FLAGS: the C++ compile to
-PTX; the pasted builds above already run ptxas on the same code; attention_mma.cu with one kind's
--D, AS_FILE_DEFINES). This checks
+hand: `nvcc -arch=sm_XX -std=c++17 -I kernels_cuda -ptx X.cu` for sm_80, sm_86, sm_89, sm_90 and
+sm_90a (AS_FILE_ARCHS; AS_FILE_FLAGS: the C++ compile to PTX; the pasted builds above already
+run ptxas on the same code; attention_mma.cu with one kind's -D, AS_FILE_DEFINES). This checks
 what pasting hides: a header without its include guard, or one that does not compile where it
 is included. Both checks share one pool of `--jobs` nvcc processes, the longest builds first,
 and the same cache. Every *.cu in kernels_cuda/ is checked, so a new file is picked up by
@@ -56,6 +56,7 @@ __all__ = [
     "find_nvcc",
     "check_files",
     "AS_FILE_FLAGS",
+    "AS_FILE_ARCHS",
     "AS_FILE_DEFINES",
     "FileBuild",
     "check_as_files",
@@ -76,8 +77,11 @@ ARCHS = ("sm_80", "sm_86", "sm_90")
 ARCH = "sm_90"  # the per-kernel table's architecture: the kernels are tuned on an H200
 FLAGS = ("-std=c++17", "-Xptxas", "-v")
 _CACHE_FORMAT = 1  # bump when the JSON layout changes, so old entries miss
-# the as-file build: one arch (ARCH), the headers found through -I kernels_cuda, a cubin
-AS_FILE_FLAGS = ("-std=c++17", "-ptx")  # the C++ compile; ptxas runs on the pasted builds
+# the as-file build: the headers found through -I kernels_cuda, the C++ compile to PTX (ptxas
+# runs on the pasted builds), for every architecture a reader may build one file for by hand:
+# Ada (89) and Hopper's arch-specific target (90a) too, a front-end pass each
+AS_FILE_FLAGS = ("-std=c++17", "-ptx")
+AS_FILE_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 # per file, the -D options of its as-file build: attention_mma.cu builds one kind there, as the
 # wrapper builds one a module (its includes are the same for every kind; the pasted build
 # compiles them all)
@@ -414,28 +418,34 @@ def _check_as_file(path: Path, nvcc: str, arch: str, cache_dir: Path | None) -> 
     return res
 
 
-def _as_file_tasks(paths, nvcc, arch, cache_dir):
+def _as_file_tasks(paths, nvcc, archs, cache_dir):
     return [
-        (p.stat().st_size, functools.partial(_check_as_file, p, nvcc, arch, cache_dir))
+        (p.stat().st_size, functools.partial(_check_as_file, p, nvcc, a, cache_dir))
         for p in paths
+        for a in archs
     ]
 
 
 def check_as_files(
-    paths, nvcc: str, arch: str = ARCH, cache_dir: Path | None = None, jobs: int | None = None
+    paths,
+    nvcc: str,
+    archs=AS_FILE_ARCHS,
+    cache_dir: Path | None = None,
+    jobs: int | None = None,
 ) -> list[FileBuild]:
-    """Every file compiled as it is on disk for `arch` (`nvcc -arch=<arch> -std=c++17 -I <its
-    folder> -ptx`), from the cache where the key matches, `jobs` at a time."""
-    return _in_pool(_as_file_tasks([Path(p) for p in paths], nvcc, arch, cache_dir), jobs)
+    """Every file compiled as it is on disk for each of `archs` (`nvcc -arch=<arch> -std=c++17
+    -I <its folder> -ptx`), from the cache where the key matches, `jobs` at a time: one
+    FileBuild per (file, arch), the archs of a file together."""
+    return _in_pool(_as_file_tasks([Path(p) for p in paths], nvcc, archs, cache_dir), jobs)
 
 
-def check_all(paths, nvcc, archs=ARCHS, cache_dir=None, jobs=None, file_arch=ARCH):
+def check_all(paths, nvcc, archs=ARCHS, cache_dir=None, jobs=None, file_archs=AS_FILE_ARCHS):
     """(check_files(...), check_as_files(...)) of the same files, in one pool; the as-file
     builds are skipped (an empty list) for files outside kernels_cuda/."""
     paths = [Path(p) for p in paths]
     on_disk = [p for p in paths if _in_kernels_dir(p)]
     tasks = _pasted_tasks(paths, nvcc, tuple(archs), cache_dir)
-    tasks += _as_file_tasks(on_disk, nvcc, file_arch, cache_dir)
+    tasks += _as_file_tasks(on_disk, nvcc, tuple(file_archs), cache_dir)
     out = _in_pool(tasks, jobs)
     return out[: len(paths)], out[len(paths) :]
 
@@ -563,11 +573,12 @@ def main(argv: list[str] | None = None) -> int:
     if as_files:
         bad = [b for b in as_files if not b.ok]
         print(
-            f"as files (nvcc -arch={ARCH} {' '.join(AS_FILE_FLAGS)} -I kernels_cuda): "
-            f"{len(as_files)} file(s), failed {', '.join(b.name for b in bad) or '-'}"
+            f"as files (nvcc -arch=<{' | '.join(AS_FILE_ARCHS)}> {' '.join(AS_FILE_FLAGS)} "
+            f"-I kernels_cuda): {len(as_files)} build(s), failed "
+            f"{', '.join(f'{b.name} ({b.arch})' for b in bad) or '-'}"
         )
         for b in bad:
-            print(f"{b.name}: FAILED TO COMPILE as a file\n{b.messages}")
+            print(f"{b.name}: FAILED TO COMPILE as a file for {b.arch}\n{b.messages}")
     failed = [r for r in results if not r.ok]
     for r in failed:
         print(f"{r.name}: FAILED TO COMPILE for {', '.join(r.failed_archs)}")
@@ -577,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         if r.ok and r.messages:  # warnings: shown, not fatal
             print(f"{r.name}: nvcc says:\n{r.messages}")
     which = [f"{r.name} ({' '.join(r.failed_archs)})" for r in failed]
-    which += [f"{b.name} (as a file)" for b in as_files if not b.ok]
+    which += [f"{b.name} (as a file, {b.arch})" for b in as_files if not b.ok]
     if which:
         print(f"compile_check: {len(which)} build(s) failed: {', '.join(which)}")
         return 1
