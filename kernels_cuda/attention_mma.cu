@@ -76,6 +76,7 @@
 #include "attention_mma.cuh"
 #include "attention_mma_steps.cuh"
 #include "kv_tile.cuh"
+#include "kv_tile_tq.cuh"
 
 namespace mma_attn {
 
@@ -182,7 +183,7 @@ __device__ __forceinline__ void partials_mma(
         }
         cp_commit();
     }
-    // tq: the codebook's table (kv_tile.cuh's TqTable); codebook[2^B] = 1/f goes into q (K) and
+    // tq: the codebook's table (kv_tile_tq.cuh's TqTable); codebook[2^B] = 1/f goes into q (K) and
     // P (V), so that scores and O are those of C itself
     float inv_f = 1.f;
     if constexpr (L::TQB > 0) {

@@ -23,7 +23,7 @@
 #define MMA_MINB_N1 0  // CTAs per SM the NT8 = 1 kernels are built for; 0: the kind's (minb_n1)
 #endif
 #ifndef MMA_TQ2_QUAD
-#define MMA_TQ2_QUAD 0  // 1: tq2 looks its codes up four at a time (kv_tile.cuh's TqTable)
+#define MMA_TQ2_QUAD 0  // 1: tq2 looks its codes up four at a time (kv_tile_tq.cuh's TqTable)
 #endif
 
 namespace mma_attn {
@@ -63,7 +63,7 @@ constexpr int minb_n1() {
 }
 
 template <int B>
-struct TqTable;  // kv_tile.cuh
+struct TqTable;  // kv_tile_tq.cuh
 
 // All of a CTA's shared memory is this one dynamic layout. Keep it so: a 16-byte static
 // __shared__ array beside it (a ticket ring) makes every mma kernel markedly slower by moving
@@ -85,7 +85,7 @@ struct Lay {
     static constexpr int L_OFF = RED_OFF + NCOL * NW * 4;
     static constexpr int M_OFF = L_OFF + NCOL * NW * 4;
     static constexpr int QMAX_OFF = M_OFF + NCOL * 4;
-    // tq: the codebook's table (kv_tile.cuh's TqTable: 128 B an entry)
+    // tq: the codebook's table (kv_tile_tq.cuh's TqTable: 128 B an entry)
     static constexpr int TQB = KL::TQB > VL::TQB ? KL::TQB : VL::TQB;
     static constexpr int TAB_BYTES = TQB > 0 ? TqTable<TQB>::BYTES : 0;
     static constexpr int TAB_OFF = TQB > 0 ? (QMAX_OFF + NW * 4 + 15) / 16 * 16 : QMAX_OFF + NW * 4;

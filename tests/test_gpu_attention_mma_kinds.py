@@ -168,7 +168,7 @@ def test_mma_selective_row(cp, gpu, rng, kind, hd, n_rep):
     ref.check(cp, m, l, o, out)
 
 
-QUAD = ("-DMMA_TQ2_QUAD=1",)  # tq2's codes looked up four at a time (kv_tile.cuh's TqTable)
+QUAD = ("-DMMA_TQ2_QUAD=1",)  # tq2's codes looked up four at a time (kv_tile_tq.cuh's TqTable)
 
 
 @pytest.mark.parametrize("hd,n_rep", HEADS, ids=[f"hd{h}-nrep{r}" for h, r in HEADS])

@@ -332,6 +332,7 @@ _LAY_PROBE = r"""
 #include "attention.cuh"
 #include "attention_mma.cuh"
 #include "kv_tile.cuh"
+#include "kv_tile_tq.cuh"
 using namespace mma_attn;
 template <class K, class V> void row(const char* kind) {
     printf("%s %d %d %d %d\n", kind, Lay<K, V, 1>::BYTES, Lay<K, V, 2>::BYTES,
@@ -356,7 +357,7 @@ int main() {
 
 @needs_nvcc
 def test_tq2_quad_kernels_compile(tmp_path):
-    """The tq2 kernels with -DMMA_TQ2_QUAD=1 (their table of quads, kv_tile.cuh), a knob off
+    """The tq2 kernels with -DMMA_TQ2_QUAD=1 (their table of quads, kv_tile_tq.cuh), a knob off
     by default: built here so that it cannot rot while the pair table is the default, with every
     tq2 kernel reaching ptxas and none spilling."""
     res = subprocess.run(

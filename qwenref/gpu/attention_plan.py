@@ -40,13 +40,7 @@ from .._args import int_arg as _int_arg
 from .._args import sparse_arg as _sparse_arg
 from ..layout import side_kinds, tq_bits, turbo_bits
 from ._runtime import kernel
-from .attention_splits import (
-    MAX_SPLITS,
-    V1_NWARP,
-    auto_n_splits,
-    device_limits,
-    mma_n_splits,
-)
+from .attention_splits import MAX_SPLITS, V1_NWARP, auto_n_splits, device_limits, mma_n_splits
 from .rungs import defaults_of, family, rungs_of
 
 # (k side, v side) -> kernel suffix; the kernels are attn_partials_<suffix>
@@ -76,7 +70,7 @@ MMA_HEAD_DIMS = (128, 256)  # attn_partials_<kind>_mma_n<NT8>: no sparse V, dens
 MMA_MAX_COLS = 32  # nb * n_rep columns: NT8 = ceil(cols / 8) <= 4
 # (k side, v side) -> the mma kernels' <kind> (attention_mma.cu's ATTN_PARTIALS_MMA_KIND list):
 # a symmetric pair by its side kind, bf16 K with turbo V as in KIND_PAIRS; f32 has none
-# tq-b caches decode on the mma rung alone (kv_tile.cuh's codebook loaders): no v0, split or v1
+# tq-b caches decode on the mma rung alone (kv_tile_tq.cuh's codebook loaders): no v0, split or v1
 MMA_ONLY_PAIRS = {("tq4", "tq4"): "tq4", ("tq3", "tq3"): "tq3", ("tq2", "tq2"): "tq2"}
 MMA_KINDS = {
     **{
@@ -250,7 +244,7 @@ def mma_smem_bytes(hd, nt8, options=(), kind="q8"):
         + ncol * 4  # running max
         + nw * 4  # q maxima
     )
-    if k_side.startswith("tq"):  # the codebook's table: 128 B an entry (kv_tile.cuh's TqTable)
+    if k_side.startswith("tq"):  # the codebook's table: 128 B an entry (kv_tile_tq.cuh's TqTable)
         b = tq_bits(k_side)
         quad = b == 2 and _opt_value(options, "MMA_TQ2_QUAD", 0)
         entries = 256 if quad else 1 << 2 * b  # four codes an entry, or two
