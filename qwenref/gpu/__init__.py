@@ -24,6 +24,8 @@ _EXPORTS = {
     "turbo_dequantize": "kvcache",
     "bf16_bits": "kvcache",
     "tq_codebook": "kvcache",
+    "tq_quantize": "kvcache",
+    "tq_dequantize": "kvcache",
     "KVCache": "kvcache",
     "attn_partials": "attention",
     "attn_combine": "attention",
