@@ -187,3 +187,90 @@ def test_every_family_has_a_v0_rung_declared_in_its_kernel_file(family):
     for i, impl in enumerate(rungs[1:], 1):
         later = ladder.rung_fields(family, impl, impl, **shape)
         assert later["rung"] == i and later["default"] is True and later["kernel"]
+
+
+# ---- the SDPA peer's search, with a stand-in for torch -----------------------------------------
+class _FakeTorch:
+    """What sdpa_peer touches of torch: tensors are their shapes; a call records the backend in
+    force, the query's shape and the keywords; `refuse` lists (backend, layout) that raise."""
+
+    __version__ = "9.9.9"
+    bfloat16 = "bf16"
+
+    def __init__(self, refuse=()):
+        import contextlib
+        import types
+
+        self.calls, self.backend, self.refuse = [], None, set(refuse)
+        fake = self
+
+        @contextlib.contextmanager
+        def sdpa_kernel(backends):
+            fake.backend = backends[0]
+            yield
+            fake.backend = None
+
+        def sdpa(q, k, v, **kw):
+            layout = "enable_gqa" if kw.get("enable_gqa") else "folded"
+            if (fake.backend or "default", layout) in fake.refuse:
+                raise RuntimeError("no kernel for these inputs")
+            fake.calls.append((fake.backend or "default", layout, q, k, kw))
+
+        self.attention = types.SimpleNamespace(
+            SDPBackend=types.SimpleNamespace(
+                FLASH_ATTENTION="flash", CUDNN_ATTENTION="cudnn", EFFICIENT_ATTENTION="efficient"
+            ),
+            sdpa_kernel=sdpa_kernel,
+        )
+        self.nn = types.SimpleNamespace(
+            functional=types.SimpleNamespace(scaled_dot_product_attention=sdpa),
+            attention=self.attention,
+        )
+        self.cuda = types.SimpleNamespace(synchronize=lambda: None)
+
+    def randn(self, *shape, device, dtype):
+        return shape
+
+
+class _FakeCtx:
+    """ctx.time gives each configuration the time in `us` (by backend and layout)."""
+
+    def __init__(self, torch, us):
+        self.torch, self.us, self.memo, self.batches, self.timed = torch, us, {}, 3, 0
+
+    def n_rot(self, nbytes):
+        return 1
+
+    def time(self, fn, n_rot=1):
+        fn(0)
+        self.timed += 1
+        backend, layout = self.torch.calls[-1][:2]
+        return (self.us[(backend, layout)],)
+
+
+def test_sdpa_peer_takes_the_fastest_backend_and_gqa_layout(monkeypatch):
+    import sys
+
+    from qwenref.bench import cases_attention as ca
+
+    fake = _FakeTorch(refuse={("efficient", "enable_gqa")})
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setitem(sys.modules, "torch.nn", fake.nn)
+    monkeypatch.setitem(sys.modules, "torch.nn.attention", fake.attention)
+    us = {(b, lay): 50.0 for b in ca.SDPA_BACKENDS for lay in ca.SDPA_LAYOUTS}
+    us[("cudnn", "folded")] = 20.0  # the fastest, unless a refused one were counted
+    us[("efficient", "enable_gqa")] = 1.0
+    ctx = _FakeCtx(fake, us)
+    nb, nh, nkv, hd, T = 2, 24, 4, 256, 1024
+    got = ca.sdpa_peer(ctx, nb, nh, nkv, hd, T, ("dense", T, nb))
+    assert got == ("torch 9.9.9 SDPA bf16 (cudnn, folded)", 20.0)
+    assert ctx.timed == 7  # eight configurations, one refused
+    shapes = {(c[1], c[2], tuple(sorted(c[4]))) for c in fake.calls}
+    assert shapes == {
+        ("enable_gqa", (1, nh, nb, hd), ("enable_gqa",)),
+        ("folded", (1, nkv, nh // nkv * nb, hd), ()),
+    }
+    assert {c[3] for c in fake.calls} == {(1, nkv, T, hd)}
+    assert ca.sdpa_peer(ctx, nb, nh, nkv, hd, T, ("dense", T, nb)) == got and ctx.timed == 7
+    ctx.torch = None  # no torch: no peer
+    assert ca.sdpa_peer(ctx, nb, nh, nkv, hd, T, ("other", T, nb)) is None

@@ -46,8 +46,11 @@ def test_make_run_derives_bandwidth_share_and_speedup():
     assert r["ok"] is True
     for k in records.RUN_KEYS + records.PEER_KEYS:
         assert k in r
+    assert r["peers"] == {"cuBLAS bf16": 25.0}
     r2 = _run(err=1e-3)
-    assert r2["ok"] is False and "peer" not in r2
+    assert r2["ok"] is False and "peer" not in r2 and "peers" not in r2
+    r3 = _run(peer="torch 2.9 SDPA bf16 (flash, folded)", peer_us=20.0, peers={"llama.cpp": 30.0})
+    assert r3["peers"] == {"torch 2.9 SDPA bf16 (flash, folded)": 20.0, "llama.cpp": 30.0}
 
 
 def test_error_run_is_recorded_and_printed_not_raised():
@@ -97,6 +100,16 @@ def test_validate_doc_catches_missing_keys_and_partial_peers():
     bad["peer"] = "p"  # peer without its time/speedup
     with pytest.raises(ValueError, match="peer"):
         records.validate_doc(_doc([bad]))
+    wrong = _run(peer="p", peer_us=1.0)
+    wrong["peers"] = {"q": 1.0}  # peers without the run's peer
+    with pytest.raises(ValueError, match="peers lacks"):
+        records.validate_doc(_doc([wrong]))
+    wrong["peers"] = ["p"]
+    with pytest.raises(ValueError, match="peers must map"):
+        records.validate_doc(_doc([wrong]))
+    old = _run(peer="p", peer_us=1.0)
+    del old["peers"]  # a run recorded before the field
+    records.validate_doc(_doc([old]))
     d = _doc([_run()])
     del d["copy_gbps"]
     with pytest.raises(ValueError, match="copy_gbps"):

@@ -1,7 +1,7 @@
 """Bench cases of decode attention: the dense split-T decode per cache kind at several lengths,
-against torch SDPA (bf16, GQA; its faster backend), queued and as CUDA-graph replays, beside the
-read floor of one launch at the same bytes; and the golden reference the attention cases share
-(the golden layer's per-row attention on a cache as stored)."""
+against torch SDPA (bf16; its fastest backend and GQA layout), queued and as CUDA-graph
+replays, beside the read floor of one launch at the same bytes; and the golden reference the
+attention cases share (the golden layer's per-row attention on a cache as stored)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from .tolerances import attention_tol
 
 __all__ = [
     "golden_attention_rows",
+    "SDPA_BACKENDS",
+    "SDPA_LAYOUTS",
+    "sdpa_name",
     "sdpa_peer",
     "case_attention",
     "attention_graph_run",
@@ -43,51 +46,78 @@ def golden_attention_rows(gc, q, base_pos, gate=None, sel=None, sparse_v=0.0):
     return out
 
 
+# The SDPA peer's configurations: every backend (None: torch's own choice) and both ways to hand
+# it the GQA group: enable_gqa=True, or the group and the rows folded into the query length
+# (every row then reads all T tokens, as without a mask)
+SDPA_BACKENDS = ("default", "flash", "cudnn", "efficient")
+SDPA_LAYOUTS = ("enable_gqa", "folded")
+
+
+def sdpa_name(version, backend, layout):
+    """The SDPA peer's key in a run's `peers` (and its `peer`)."""
+    return f"torch {version} SDPA bf16 ({backend}, {layout})"
+
+
 def sdpa_peer(ctx, nb, nh, nkv, hd, T, cache_key, graph_calls=0):
-    """torch SDPA bf16 GQA decode [1, nh, nb, hd] x [1, nkv, T, hd]: (name, us) of the faster of
-    the flash and cuDNN backends, or None. Queued like our kernels (ctx.time), or, with
-    graph_calls > 0, as replays of a torch.cuda.CUDAGraph of that many decodes (for a peer of
-    our graph-replay runs). Rotates over K/V copies when they fit the L2. Memoised per shape."""
+    """torch SDPA bf16 decode of nb rows of nh heads over T tokens of nkv kv heads, no mask:
+    (name, us) of the fastest of SDPA_BACKENDS x SDPA_LAYOUTS (sdpa_name), or None. Queued like
+    our kernels (ctx.time), or, with graph_calls > 0, as replays of a torch.cuda.CUDAGraph of
+    that many decodes (the peer of our graph-replay runs). Rotates over K/V copies when they fit
+    the L2. Memoised per shape."""
     memo = ctx.memo.setdefault("sdpa", {})
-    if (cache_key, graph_calls) in memo:
-        return memo[(cache_key, graph_calls)]
+    if (cache_key, graph_calls) not in memo:
+        memo[(cache_key, graph_calls)] = _fastest_sdpa(ctx, nb, nh, nkv, hd, T, graph_calls)
+    return memo[(cache_key, graph_calls)]
+
+
+def _fastest_sdpa(ctx, nb, nh, nkv, hd, T, graph_calls):
     t = ctx.torch
     if t is None:
         return None
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    backends = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    }
     F = t.nn.functional
     nr = ctx.n_rot(2 * nkv * T * hd * 2)
-    q = t.randn(1, nh, nb, hd, device="cuda", dtype=t.bfloat16)
-    kv = [
-        (
-            t.randn(1, nkv, T, hd, device="cuda", dtype=t.bfloat16),
-            t.randn(1, nkv, T, hd, device="cuda", dtype=t.bfloat16),
-        )
-        for _ in range(nr)
-    ]
-
-    def fn(i):
-        return F.scaled_dot_product_attention(q, kv[i % nr][0], kv[i % nr][1], enable_gqa=True)
-
+    bf = dict(device="cuda", dtype=t.bfloat16)
+    kv = [(t.randn(1, nkv, T, hd, **bf), t.randn(1, nkv, T, hd, **bf)) for _ in range(nr)]
+    queries = {
+        "enable_gqa": (t.randn(1, nh, nb, hd, **bf), {"enable_gqa": True}),
+        "folded": (t.randn(1, nkv, nh // nkv * nb, hd, **bf), {}),
+    }
     best = None
-    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        try:
-            with sdpa_kernel([be]):
-                fn(0)
-                t.cuda.synchronize()
-                us = (
-                    timing.torch_graph_us(fn, graph_calls, ctx.batches)
-                    if graph_calls
-                    else ctx.time(fn, nr)[0]
-                )
-        except Exception as e:
-            print(f"  (SDPA {name} backend unavailable: {type(e).__name__}: {str(e)[:100]})")
-            continue
-        if best is None or us < best[1]:
-            best = (f"torch SDPA bf16 GQA ({name}{', graph replay' if graph_calls else ''})", us)
-    memo[(cache_key, graph_calls)] = best
+    for layout in SDPA_LAYOUTS:
+        q, kw = queries[layout]
+
+        def fn(i, q=q, kw=kw):
+            return F.scaled_dot_product_attention(q, kv[i % nr][0], kv[i % nr][1], **kw)
+
+        for backend in SDPA_BACKENDS:
+            try:
+                us = _time_sdpa(ctx, t, fn, nr, graph_calls, backends.get(backend), sdpa_kernel)
+            except Exception as e:
+                msg = f"{type(e).__name__}: {str(e)[:100]}"
+                print(f"  (SDPA {backend}, {layout} unavailable: {msg})")
+                continue
+            if best is None or us < best[1]:
+                best = (sdpa_name(t.__version__, backend, layout), us)
     return best
+
+
+def _time_sdpa(ctx, t, fn, nr, graph_calls, backend, sdpa_kernel):
+    """One SDPA configuration's time per call (backend None: torch's own choice)."""
+    import contextlib
+
+    with sdpa_kernel([backend]) if backend is not None else contextlib.nullcontext():
+        fn(0)
+        t.cuda.synchronize()
+        if graph_calls:
+            return timing.torch_graph_us(fn, graph_calls, ctx.batches)
+        return ctx.time(fn, nr)[0]
 
 
 def case_attention(ctx, T, nb, kind, peer=True, calls_per_graph=8):

@@ -96,7 +96,7 @@ def case_qsa(ctx, T, nb, kind="q8"):
 
     med, iqr = ctx.time(qsa)
     p = sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, T, ("dense", T, nb))
-    pk = {"peer": p[0] + " dense", "peer_us": p[1]} if p else {}
+    pk = {"peer": p[0], "peer_us": p[1]} if p else {}
     qsa_bytes = bytes_select(*sel_dims) + att_bytes
     ctx.record(
         "indexer", f"QSA select+attention {kind}", shape, med, qsa_bytes, err, tol, iqr_us=iqr, **pk
@@ -107,7 +107,8 @@ def case_qsa(ctx, T, nb, kind="q8"):
 def qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, nbytes, tol, calls_per_graph=8):
     """The selective path as CUDA-graph replays (how a captured decode step runs its four
     launches: block scores, selection, partials, combine), against dense SDPA also replayed
-    from a graph (torch.cuda.CUDAGraph, its faster backend): both sides timed the same way."""
+    from a graph (torch.cuda.CUDAGraph, its fastest configuration): both sides timed the same
+    way."""
     from .. import gpu
 
     cp = ctx.cp
@@ -137,6 +138,6 @@ def qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, nbytes, tol, calls_per
         ("dense", shape["T"], nb),
         graph_calls=calls_per_graph,
     )
-    pk = {"peer": pg[0] + " dense", "peer_us": pg[1]} if pg else {}
+    pk = {"peer": pg[0], "peer_us": pg[1]} if pg else {}
     kname = f"QSA select+attention {shape['kind']} (graph replay, {calls_per_graph} per graph)"
     ctx.record("indexer", kname, shape, g.us, nbytes, rel_err(host(out), ref), tol, **pk)

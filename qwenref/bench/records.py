@@ -81,7 +81,8 @@ def sample_pairs(ref, gpu, n=N_SAMPLES, seed=0):
 def make_run(
     stage, kernel, shape, median_us, nbytes, copy_gbps, err, tol, peer=None, peer_us=None, **extra
 ):
-    """One record of `runs`. gbps = bytes / time; speedup = peer time / our time (> 1: faster)."""
+    """One record of `runs`. gbps = bytes / time; speedup = peer time / our time (> 1: faster).
+    A peer also goes into `peers` ({name: median µs}, beside any peers= given)."""
     us = float(median_us)
     gbps = nbytes / (us * 1e-6) / 1e9 if us > 0 else math.nan
     run = {
@@ -98,6 +99,7 @@ def make_run(
     }
     if peer is not None:
         run.update(peer=peer, peer_median_us=float(peer_us), speedup=float(peer_us) / us)
+        extra["peers"] = {peer: float(peer_us), **extra.get("peers", {})}
     run["timing"] = (
         "graph"
         if "graph replay" in str(kernel)
@@ -142,9 +144,25 @@ def validate_doc(doc):
         has = [k in run for k in PEER_KEYS]
         if any(has) and not all(has):
             problems.append(f"runs[{i}] has some peer fields but not all of {PEER_KEYS}")
+        problems += _peers_problems(i, run)
     if problems:
         raise ValueError("results document: " + "; ".join(problems))
     return doc
+
+
+def _peers_problems(i, run):
+    """What is wrong with a run's `peers` ({name: median µs}, holding its `peer`), if it has one
+    (runs recorded before the field have none)."""
+    peers = run.get("peers")
+    if peers is None:
+        return []
+    if not isinstance(peers, dict) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) for k, v in peers.items()
+    ):
+        return [f"runs[{i}].peers must map peer names to median µs"]
+    if "peer" in run and peers.get(run["peer"]) != run["peer_median_us"]:
+        return [f"runs[{i}].peers lacks its peer {run['peer']!r} at peer_median_us"]
+    return []
 
 
 _ABBR = {"head_dim": "hd", "rotary_dim": "rd", "weights": "w", "budget": "B", "proj": ""}
