@@ -3,7 +3,7 @@
 Writes the performance status page (Markdown) from a results file of `python -m qwenref.bench`:
 the device and its software, the commits the runs were recorded at with the copy rate each run
 measured, one table per pipeline stage, and one "ladder" table per kernel family (the runs that
-carry `family` / `rung`: v0, the direct translation of the golden formula, then each faster
+the bench's ladder recorded: v0, the direct translation of the golden formula, then each faster
 rung). Everything on the page comes from the results file; re-run this after re-recording
 results (tests/test_status.py fails while the page and the file disagree). `--check` writes
 nothing and exits 1 when the page is out of date. Pure Python: no GPU, no numpy.
@@ -191,7 +191,7 @@ def _ladder_table(runs, common, l2=None):
 
 
 def _is_ladder(run):
-    return "family" in run and "rung" in run
+    return run.get("bench") == "ladder"  # every run names its family; the ladder's say so
 
 
 def _stage_key(stage):

@@ -322,3 +322,22 @@ def test_case_kind_and_kind_list():
         cli.kind_list("tq5")
     kinds = {cli.case_kind(k, sh) for _, k, sh, _ in cli.case_list(quick=False)}
     assert {"tq4", "tq3", "tq2", None} <= kinds
+
+
+def test_family_fields_of_stage_runs():
+    """What impl=None runs, as the records name it: a family's default rung, attention's at the
+    plan's rung, and runs that are no family's rung (a layer step) without one."""
+    from qwenref.bench.rungs import family_fields
+    from qwenref.gpu.rungs import family
+
+    assert family_fields("wht") == {"family": "wht", "impl": "v1", "rung": 1, "default": True}
+    mma = family("attention").rungs.index("mma")
+    assert family_fields("attention", "mma") == {
+        "family": "attention",
+        "impl": "mma",
+        "rung": mma,
+        "default": True,
+    }
+    with pytest.raises(ValueError, match="impl"):
+        family_fields("attention")
+    assert family_fields("layer") == {"family": "layer", "rung": None, "default": True}

@@ -11,6 +11,7 @@ from .. import timing
 from .counting import bytes_attention, kv_bytes_per_token
 from .inputs import decode_shape, dense_cfg, fill_caches, host, randn
 from .records import floor_fields, rel_err
+from .rungs import family_fields
 from .tolerances import attention_tol
 
 __all__ = [
@@ -120,6 +121,14 @@ def _time_sdpa(ctx, t, fn, nr, graph_calls, backend, sdpa_kernel):
         return ctx.time(fn, nr)[0]
 
 
+def attention_fields(cache, nb, base, **kw):
+    """family_fields of a decode that runs the plan's rung (impl=None) on this device: kw as
+    plan's (selective=, width=)."""
+    from ..gpu.attention import plan
+
+    return family_fields("attention", plan(cache, nb, base_pos=base, **kw).rung)
+
+
 def case_attention(ctx, T, nb, kind, peer=True, calls_per_graph=8):
     """Dense split-T decode on a cache of T tokens: rows at T-nb .. T-1 (the last row sees T).
     Queued and as graph replays, each beside the read floor of its bytes measured here (fields
@@ -150,6 +159,7 @@ def case_attention(ctx, T, nb, kind, peer=True, calls_per_graph=8):
     shape = decode_shape(T, nb, c, kind)
     tol = attention_tol(caches[0], nb)
     kname, got = f"decode_attention {kind}", host(out)
+    extra.update(attention_fields(caches[0], nb, base))
     ctx.record("attention", kname, shape, med, nbytes, err, tol, ref, got, **extra)
     graph = (ref, shape, nbytes, tol, fl.graph_us, peer, calls_per_graph)
     attention_graph_run(ctx, caches, q, base, *graph)
@@ -189,6 +199,7 @@ def attention_graph_run(
         if p:
             extra.update(peer=p[0], peer_us=p[1])
     kind, err = shape["kind"], rel_err(host(out), ref)
+    extra.update(attention_fields(caches[0], q.shape[0], base))
     kname = f"decode_attention {kind} (graph replay, {n} per graph)"
     ctx.record("attention", kname, shape, g.us, nbytes, err, tol, **extra)
 
@@ -198,8 +209,9 @@ def floor_rows(ctx, T, nb, nbytes, fl, calls_per_graph=8):
     nbytes from rotated buffers and nothing else, queued and as graph replays); err is 0."""
     shape = {"T": T, "nb": nb, "bytes": nbytes}
     name = "stream_read floor (one launch reading the decode's bytes)"
-    ctx.record("attention", name, shape, fl.us, nbytes, 0.0, 0.0, iqr_us=fl.iqr_us)
+    fam = family_fields("stream_read")
+    ctx.record("attention", name, shape, fl.us, nbytes, 0.0, 0.0, iqr_us=fl.iqr_us, **fam)
     if fl.graph_us is not None:
         n = max(calls_per_graph, max(2, ctx.n_rot(nbytes)))
         kname = f"{name} (graph replay, {n} per graph)"
-        ctx.record("attention", kname, shape, fl.graph_us, nbytes, 0.0, 0.0)
+        ctx.record("attention", kname, shape, fl.graph_us, nbytes, 0.0, 0.0, **fam)

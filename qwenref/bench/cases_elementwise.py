@@ -9,6 +9,7 @@ import numpy as np
 from .counting import bytes_norm, bytes_rope, bytes_wht
 from .inputs import host, qwen_cfg, randn
 from .records import rel_err
+from .rungs import family_fields
 from .tolerances import TOL_F32, TOL_ROPE
 
 __all__ = ["case_norm", "case_rope", "case_wht"]
@@ -48,7 +49,8 @@ def case_norm(ctx, rows, n, add):
     med, iqr = ctx.time(fn, nr)
     shape = {"rows": rows, "n": n}
     pk = {} if peer is None else {"peer": peer[0], "peer_us": peer[1]}
-    ctx.record("norm", kname, shape, med, ws, err, TOL_F32, ref_y, host(y), iqr_us=iqr, **pk)
+    fam = family_fields(kname)
+    ctx.record("norm", kname, shape, med, ws, err, TOL_F32, ref_y, host(y), iqr_us=iqr, **pk, **fam)
 
 
 def case_rope(ctx, nb):
@@ -79,7 +81,10 @@ def case_rope(ctx, nb):
         nr,
     )
     shape = {"nb": nb, "nh": c.nh, "nkv": c.nkv, "head_dim": hd, "rotary_dim": c.rotary_dim}
-    ctx.record("rope", "qk_norm_rope", shape, med, ws, err, TOL_ROPE, rq, host(qo), iqr_us=iqr)
+    fam = family_fields("qk_norm_rope")
+    ctx.record(
+        "rope", "qk_norm_rope", shape, med, ws, err, TOL_ROPE, rq, host(qo), iqr_us=iqr, **fam
+    )
 
 
 def case_wht(ctx, rows, n):
@@ -97,4 +102,6 @@ def case_wht(ctx, rows, n):
     err = rel_err(host(y), ref)
     med, iqr = ctx.time(lambda i: gpu_wht(xs[i], out=y), nr)
     shape = {"rows": rows, "n": n}
-    ctx.record("wht", "wht", shape, med, ws, err, TOL_F32, ref, host(y), iqr_us=iqr)
+    ctx.record(
+        "wht", "wht", shape, med, ws, err, TOL_F32, ref, host(y), iqr_us=iqr, **family_fields("wht")
+    )

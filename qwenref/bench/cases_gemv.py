@@ -8,6 +8,7 @@ import numpy as np
 from .counting import bytes_gemv_q8, bytes_linear
 from .inputs import host, randn
 from .records import make_run, rel_err
+from .rungs import family_fields
 from .tolerances import TOL_F32
 
 __all__ = ["PROJS", "case_gemv"]
@@ -68,6 +69,7 @@ def case_gemv(ctx, name, n_out, n_in, nbs):
             iqr_us=iqr,
             q8_weight_match=qmatch,
             **pk,
+            **family_fields("gemv"),
         )
         run["ok"] = run["ok"] and qmatch == 1.0  # q8_weight must be bit-exact
         ctx.add(run, ref, host(y))
@@ -79,7 +81,10 @@ def case_gemv(ctx, name, n_out, n_in, nbs):
             nbytes = bytes_gemv_q8(nb, n_in, n_out) - 4 * nb * n_out // 2  # half the outputs
             got = host(act)
             kname, err = "gemv_q8 + SwiGLU epilogue", rel_err(got, ref_a)
-            ctx.record("gemv", kname, shape, med, nbytes, err, TOL_F32, ref_a, got, iqr_us=iqr)
+            fam = family_fields("gemv")
+            ctx.record(
+                "gemv", kname, shape, med, nbytes, err, TOL_F32, ref_a, got, iqr_us=iqr, **fam
+            )
         # the f32 path (cuBLAS sgemm) as its own row: 4-byte weights
         wsf = bytes_linear(nb, n_in, n_out, 4)
         nrf = ctx.n_rot(wsf)
@@ -88,4 +93,5 @@ def case_gemv(ctx, name, n_out, n_in, nbs):
         ref_f = golden.linear(host(x), host(w))
         med, iqr = ctx.time(lambda i: gpu.linear(x, wfs[i], out=y), nrf)
         kname, err = "linear f32 (cuBLAS sgemm)", rel_err(host(y), ref_f)
-        ctx.record("gemv", kname, shape, med, wsf, err, TOL_F32, iqr_us=iqr)
+        fam = family_fields("cublas_sgemm")
+        ctx.record("gemv", kname, shape, med, wsf, err, TOL_F32, iqr_us=iqr, **fam)

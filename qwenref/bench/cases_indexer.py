@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import timing
-from .cases_attention import golden_attention_rows, sdpa_peer
+from .cases_attention import attention_fields, golden_attention_rows, sdpa_peer
 from .counting import bytes_attention, bytes_block_scores, bytes_select
 from .inputs import decode_shape, fill_caches, host, qwen_cfg, randn
 from .records import rel_err
+from .rungs import family_fields
 from .tolerances import TOL_F32, TOL_ROPE, TOL_SELECT, attention_tol
 
 __all__ = ["case_qsa", "qsa_graph_run"]
@@ -44,7 +45,10 @@ def case_qsa(ctx, T, nb, kind="q8"):
     bk_bytes = 4 * (T * ihd + n_blocks * ihd)
     ref_bk = gc.blk_keys[:n_blocks]
     kname = "update_block_keys (all blocks)"
-    ctx.record("indexer", kname, shape, med, bk_bytes, err, TOL_ROPE, ref_bk, gpu_bk, iqr_us=iqr)
+    fam = family_fields("update_block_keys")
+    ctx.record(
+        "indexer", kname, shape, med, bk_bytes, err, TOL_ROPE, ref_bk, gpu_bk, iqr_us=iqr, **fam
+    )
 
     # scoring (row b scores its (base+b+1)//R complete blocks; the rest of the row is -inf)
     max_blocks = cache.blk_keys.shape[0]
@@ -55,9 +59,9 @@ def case_qsa(ctx, T, nb, kind="q8"):
     got_sc = np.concatenate([sc_h[b, : ncs[b]] for b in range(nb)])
     med, iqr = ctx.time(lambda i: gpu.block_scores(iq, cache, base, out=sc))
     nbytes, err = bytes_block_scores(nb, inh, ihd, n_blocks, max_blocks), rel_err(got_sc, ref_sc)
-    ctx.record(
-        "indexer", "block_scores", shape, med, nbytes, err, TOL_F32, ref_sc, got_sc, iqr_us=iqr
-    )
+    fam = family_fields("block_scores")
+    args = (shape, med, nbytes, err, TOL_F32, ref_sc, got_sc)
+    ctx.record("indexer", "block_scores", *args, iqr_us=iqr, **fam)
 
     # selection (scores + top-k + token list)
     sel_idx, sel_n, _ = gpu.select_rows(iq, cache, base, c)
@@ -72,9 +76,8 @@ def case_qsa(ctx, T, nb, kind="q8"):
     med_sel, iqr = ctx.time(lambda i: gpu.select_rows(iq, cache, base, c))
     sel_dims = (nb, inh, ihd, n_blocks, max_blocks, R, kblk)
     kname, nbytes = "select_rows (err: tokens differing)", bytes_select(*sel_dims)
-    ctx.record(
-        "indexer", kname, shape, med_sel, nbytes, float(np.mean(diff)), TOL_SELECT, iqr_us=iqr
-    )
+    err, fam = float(np.mean(diff)), family_fields("select")
+    ctx.record("indexer", kname, shape, med_sel, nbytes, err, TOL_SELECT, iqr_us=iqr, **fam)
 
     # selective attention on the GPU's own selection
     out = cp.full((nb, c.nh, c.head_dim), cp.nan, cp.float32)
@@ -87,7 +90,8 @@ def case_qsa(ctx, T, nb, kind="q8"):
     att_bytes = bytes_attention(nb, c.nh, c.nkv, c.head_dim, kind, base, R, kblk, selective=True)
     tol = attention_tol(cache, nb, sel_n)
     kname, got = f"decode_attention selective {kind}", host(out)
-    ctx.record("indexer", kname, shape, med_att, att_bytes, err, tol, ref, got, iqr_us=iqr)
+    fam = attention_fields(cache, nb, base, selective=True, width=int(sel_idx.shape[1]))
+    ctx.record("indexer", kname, shape, med_att, att_bytes, err, tol, ref, got, iqr_us=iqr, **fam)
 
     # the whole selective path vs dense SDPA over all T tokens
     def qsa(i):
@@ -98,9 +102,8 @@ def case_qsa(ctx, T, nb, kind="q8"):
     p = sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, T, ("dense", T, nb))
     pk = {"peer": p[0], "peer_us": p[1]} if p else {}
     qsa_bytes = bytes_select(*sel_dims) + att_bytes
-    ctx.record(
-        "indexer", f"QSA select+attention {kind}", shape, med, qsa_bytes, err, tol, iqr_us=iqr, **pk
-    )
+    kname, fam = f"QSA select+attention {kind}", family_fields("qsa")
+    ctx.record("indexer", kname, shape, med, qsa_bytes, err, tol, iqr_us=iqr, **pk, **fam)
     qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, qsa_bytes, tol)
 
 
@@ -140,4 +143,5 @@ def qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, nbytes, tol, calls_per
     )
     pk = {"peer": pg[0], "peer_us": pg[1]} if pg else {}
     kname = f"QSA select+attention {shape['kind']} (graph replay, {calls_per_graph} per graph)"
-    ctx.record("indexer", kname, shape, g.us, nbytes, rel_err(host(out), ref), tol, **pk)
+    err = rel_err(host(out), ref)
+    ctx.record("indexer", kname, shape, g.us, nbytes, err, tol, **pk, **family_fields("qsa"))

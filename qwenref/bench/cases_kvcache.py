@@ -8,6 +8,7 @@ import numpy as np
 from .counting import bytes_append, bytes_q8_quantize, bytes_turbo_quantize
 from .inputs import dense_cfg, host, randn
 from .records import code_match, rel_err
+from .rungs import family_fields
 from .tolerances import TOL_CODES
 
 __all__ = ["case_quantize", "case_append"]
@@ -40,9 +41,9 @@ def case_quantize(ctx, rows, n, bits):
     xs = [x] + [x.copy() for _ in range(nr - 1)]
     med, iqr = ctx.time(lambda i: fn_(xs[i]), nr)
     shape, err = {"rows": rows, "n": n}, rel_err(got, ref)
-    ctx.record(
-        "kvcache", kname, shape, med, ws, err, TOL_CODES, ref, got, iqr_us=iqr, code_match=match
-    )
+    fam = family_fields(kname.split()[0])  # q8_quantize, turbo_quantize: no rungs of their own
+    args = (shape, med, ws, err, TOL_CODES, ref, got)
+    ctx.record("kvcache", kname, *args, iqr_us=iqr, code_match=match, **fam)
 
 
 def case_append(ctx, nb, kind):
@@ -68,6 +69,17 @@ def case_append(ctx, nb, kind):
     med, iqr = ctx.time(lambda i: cache.append(ks[i], vs[i]), nr, max_inner=max_inner)
     shape = {"nb": nb, "nkv": c.nkv, "head_dim": c.head_dim, "kind": kind}
     kname, err = f"KVCache.append {kind}", rel_err(got, ref)
-    ctx.record(
-        "kvcache", kname, shape, med, ws, err, TOL_CODES, ref, got, iqr_us=iqr, code_match=match
-    )
+    fam = family_fields(_append_family(kind))
+    args = (shape, med, ws, err, TOL_CODES, ref, got)
+    ctx.record("kvcache", kname, *args, iqr_us=iqr, code_match=match, **fam)
+
+
+def _append_family(kind):
+    """The append family a cache kind goes through: q8_append, turbo_append (bf16 K with turbo
+    V too), tq_append, or kv_copy (f32, bf16: stored as given; no rungs)."""
+    from ..layout import side_kinds
+
+    for prefix in ("q8", "turbo", "tq"):
+        if any(side.startswith(prefix) for side in side_kinds(kind)):
+            return f"{prefix}_append"
+    return "kv_copy"

@@ -10,6 +10,7 @@ from .. import timing
 from .counting import layer_stage_bytes
 from .inputs import decode_shape, dense_cfg, fill_caches, host, qwen_cfg, randn, random_weights
 from .records import code_match, floor_fields, rel_err
+from .rungs import family_fields
 from .tolerances import TOL_LAYER
 
 __all__ = ["case_layer", "selection_match"]
@@ -64,11 +65,15 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8", dense=False):
             times = per[st]
             us, iqr = float(np.median(times)), float(np.subtract(*np.percentile(times, [75, 25])))
             kname = f"{pre}step: {st}"
-            ctx.record("layer", kname, base_shape, us, sb.get(st, 0), err, TOL_LAYER, iqr_us=iqr)
+            fam = family_fields("layer")
+            ctx.record(
+                "layer", kname, base_shape, us, sb.get(st, 0), err, TOL_LAYER, iqr_us=iqr, **fam
+            )
         # eager: host-launched, no spin (what a Python decode loop gets)
         eager = timing.eager_us(lambda: layer.forward(x, len(cache), cache), reps)
         nbytes, got = sb["total"], host(y)
         extra = {"weight_bytes": wb, "code_match": codes, "selection_match": sel_match}
+        extra.update(family_fields("layer"))
         kname = f"{pre}step eager (host launches)"
         ctx.record("layer", kname, base_shape, eager.us, nbytes, err, TOL_LAYER, ref, got, **extra)
         # graph: capture at the current length, check one replay against golden, time replays
@@ -78,7 +83,7 @@ def case_layer(ctx, T, nbs, kind="q8", weight_format="q8", dense=False):
         gerr = rel_err(host(g.out), glayer.forward(host(x), base, gc))
         med = timing.graph_us(g, batches=max(10, reps), per_batch=10, warmup=5).us
         fl = timing.floor_us(sb["total"], ctx.n_rot(sb["total"]), ctx.batches, graph_calls=10)
-        extra = {"weight_bytes": wb, **floor_fields(fl.graph_us, med)}
+        extra = {"weight_bytes": wb, **floor_fields(fl.graph_us, med), **family_fields("layer")}
         kname = f"{pre}step graph replay"
         ctx.record("layer", kname, base_shape, med, sb["total"], gerr, TOL_LAYER, **extra)
         del g

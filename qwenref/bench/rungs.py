@@ -14,7 +14,14 @@ from .. import timing
 from ..gpu import rungs as registry
 from .records import error_run, make_run, rel_err
 
-__all__ = ["FAMILY_MODULE", "family_rungs", "rung_fields", "ladder_runs", "rotated_copies"]
+__all__ = [
+    "FAMILY_MODULE",
+    "family_rungs",
+    "rung_fields",
+    "family_fields",
+    "ladder_runs",
+    "rotated_copies",
+]
 
 # {family: its qwenref.gpu module} of the families the ladder records (a view of the table)
 FAMILY_MODULE = registry.ladder_families()
@@ -39,6 +46,25 @@ def rung_fields(family, impl, default, **kshape):
         "default": impl == default,
         "kernel": mod.rung_kernel(family, impl, **kshape),
         "bench": "ladder",
+    }
+
+
+def family_fields(family, impl=None):
+    """family, rung and default of a stage run (what impl=None runs): a family of the rung
+    table at its default rung, or at `impl` where the call picks it (attention: the plan's);
+    a run that is no family's rung (a whole layer step, the selective path's four launches, a
+    read floor, cuBLAS) names what it is and has no rung (None)."""
+    if family not in registry.FAMILIES:
+        return {"family": family, "rung": None, "default": True}
+    fam = registry.family(family)
+    impl = impl or fam.default
+    if impl is None:
+        raise ValueError(f"impl must be given for {family!r}: its rung is chosen per call")
+    return {
+        "family": family,
+        "impl": impl,
+        "rung": fam.rungs.index(impl),
+        "default": fam.default in (None, impl),
     }
 
 
