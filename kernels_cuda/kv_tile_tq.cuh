@@ -15,18 +15,18 @@ namespace mma_attn {
 // thread's codes of a k-step, PERM; V: the thread's four dims of a unit for two tokens,
 // VTurbo<B>::token_codes). The table holds fp16(f C) (f: gpu.kvcache.tq_fp16_scale).
 //
-// tq4, tq3: two codes (a, b) of 2B bits index a half2 (C[a], C[b]): 2^(2B) entries (256, 64),
-// each replicated in the 32 banks (entry e at byte 128 e + 4 lane), so the random indices of a
-// warp never collide. A lookup costs two instructions besides the LDS: the index at bit f of a
-// register becomes its byte offset 128 e + 4 lane by a rotation that puts bit f at bit 7 (SHF.W)
-// and one LOP3 (mask the 2B bits, OR the lane's 4 lane); the table's base is the LDS's uniform
-// operand.
-// tq2 with -DMMA_TQ2_QUAD=1 (pairs without it): four codes (8 bits) index two half2, (C[e0],
-// C[e2]) and (C[e1], C[e3]) for the codes e_i at bits 2i: 256 entries of 8 bytes, each
-// replicated 16 times (entry e at byte 128 e + 8 (lane % 16): a 64-bit LDS serves a half-warp at
-// a time, whose 16 lanes then hit distinct banks). The same three instructions give two fragment
-// registers: the pair (x, y) of one LDS.64, which is where an mma operand wants them (a0 a1, or
-// a2 a3). 32 KB, as tq4's pair table.
+// Pairs (tq4, tq3; tq2 by default): two codes (a, b) of 2B bits index a half2 (C[a], C[b]):
+// 2^(2B) entries (256, 64, 16), each replicated in the 32 banks (entry e at byte 128 e + 4
+// lane), so the random indices of a warp never collide. A lookup costs two instructions besides
+// the LDS: the index at bit f of a register becomes its byte offset 128 e + 4 lane by a rotation
+// that puts bit f at bit 7 (SHF.W) and one LOP3 (mask the 2B bits, OR the lane's 4 lane); the
+// table's base is the LDS's uniform operand.
+// Quads (tq2 with -DMMA_TQ2_QUAD=1): four codes (8 bits) index two half2, (C[e0], C[e2]) and
+// (C[e1], C[e3]) for the codes e_i at bits 2i: 256 entries of 8 bytes, each replicated 16 times
+// (entry e at byte 128 e + 8 (lane % 16): a warp's 64-bit LDS takes two wavefronts at least,
+// and the 16 lanes of each then hit distinct banks). The same three instructions give two
+// fragment registers: the pair (x, y) of one LDS.64, which is where an mma operand wants them
+// (a0 a1, or a2 a3). 32 KB, as tq4's pair table.
 template <int B>
 struct TqTable {
     static constexpr bool QUAD = B == 2 && MMA_TQ2_QUAD;
@@ -37,13 +37,13 @@ struct TqTable {
     __device__ TqTable(int lane, const unsigned* table)
         : base(reinterpret_cast<const unsigned char*>(table)),
           lane_off(QUAD ? 8u * (lane & 15) : 4u * lane) {}
-    // tq4, tq3: the half2 of the pair index at bits [f, f + 2B) of x (f a compile-time constant)
+    // pairs: the half2 of the pair index at bits [f, f + 2B) of x (f a compile-time constant)
     template <int F>
     __device__ __forceinline__ unsigned at(unsigned x) const {
         const unsigned off = lop_or_magic<(M2 << 7)>(__funnelshift_l(x, x, (7 - F) & 31), lane_off);
         return *reinterpret_cast<const unsigned*>(base + off);
     }
-    // tq2: the two half2 of the quad index at bits [f, f + 8) of x
+    // quads: the two half2 of the quad index at bits [f, f + 8) of x
     template <int F>
     __device__ __forceinline__ uint2 quad(unsigned x) const {
         const unsigned off =
@@ -82,9 +82,8 @@ __device__ __forceinline__ unsigned bit_select(unsigned a, unsigned b) {
 // K: thread tig takes in k-steps 2gi and 2gi + 1 the eight dims 32gi + 8tig + i, so its codes of
 // both k-steps of a gi sit together (4B bits from bit 32B gi + 8B tig: a word for tq4, a
 // half-word for tq2, 24 bits across two words for tq3): one load (two for tq3) gives them all.
-// tq4, tq3: dim i = 4k + j takes k-index j of the thread's four in k-step 2gi + k (j 0-1 the
-// pair at 2tig, j 2-3 the pair at 2tig + 8), four pair lookups a token; tq2 too, but with
-// -DMMA_TQ2_QUAD=1 (TqTable) one quad lookup
+// Pairs: dim i = 4k + j takes k-index j of the thread's four in k-step 2gi + k (j 0-1 the pair
+// at 2tig, j 2-3 the pair at 2tig + 8), four pair lookups a token. Quads (TqTable): one lookup
 // gives a pair of BOTH tokens of the thread (gid, gid + 8), the registers a[k][0..1] or
 // a[k][2..3]: the two tokens' codes are interleaved (one shift and one bit-select for two
 // quads), and a pair holds dims i and i + 2 (j 0-1: i 0, 2; j 2-3: i 1, 3; k-step 2gi + 1: i + 4).
