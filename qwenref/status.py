@@ -87,8 +87,11 @@ def run_timing(run):
 
 
 def copy_rate(run):
-    """The device-to-device copy rate (GB/s) measured in the run that recorded `run`:
-    gbps / pct_of_copy · 100 (the bench's definition of pct_of_copy), or None."""
+    """The device-to-device copy rate (GB/s) measured in the run that recorded `run`: its
+    copy_gbps, or for runs recorded before that field gbps / pct_of_copy · 100 (the bench's
+    definition of pct_of_copy), or None."""
+    if _num(run.get("copy_gbps")):
+        return run["copy_gbps"]
     g, p = run.get("gbps"), run.get("pct_of_copy")
     return 100.0 * g / p if _num(g) and _num(p) and p > 0 else None
 

@@ -41,7 +41,7 @@ def _run(**kw):
 def test_make_run_derives_bandwidth_share_and_speedup():
     r = _run(peer="cuBLAS bf16", peer_us=25.0)
     assert r["gbps"] == pytest.approx(4000.0)  # 40 MB in 10 us
-    assert r["pct_of_copy"] == pytest.approx(100.0)
+    assert r["pct_of_copy"] == pytest.approx(100.0) == 100.0 * r["gbps"] / r["copy_gbps"]
     assert r["speedup"] == pytest.approx(2.5)
     assert r["ok"] is True
     for k in records.RUN_KEYS + records.PEER_KEYS:

@@ -282,6 +282,8 @@ def test_timing_falls_back_on_the_kernel_name():
     assert status.run_timing({"kernel": "x", "timing": "graph"}) == "graph"
     assert status.copy_rate({"gbps": 2000.0, "pct_of_copy": 50.0}) == pytest.approx(4000.0)
     assert status.copy_rate({"gbps": float("nan"), "pct_of_copy": 50.0}) is None
+    run = {"gbps": 2000.0, "pct_of_copy": 50.0001, "copy_gbps": 4000.0}  # the run's own field
+    assert status.copy_rate(run) == 4000.0
 
 
 def test_cli_writes_and_checks(tmp_path):

@@ -93,6 +93,7 @@ def make_run(
         "bytes": int(nbytes),
         "gbps": gbps,
         "pct_of_copy": 100.0 * gbps / copy_gbps if copy_gbps else math.nan,
+        "copy_gbps": copy_gbps,  # this run's copy rate: a merged file holds several runs
         "rel_err": float(err),
         "tol": float(tol),
         "ok": bool(err <= tol),
