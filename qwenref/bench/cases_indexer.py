@@ -102,7 +102,7 @@ def case_qsa(ctx, T, nb, kind="q8"):
     p = sdpa_peer(ctx, nb, c.nh, c.nkv, c.head_dim, T, ("dense", T, nb))
     pk = {"peer": p[0], "peer_us": p[1]} if p else {}
     qsa_bytes = bytes_select(*sel_dims) + att_bytes
-    kname, fam = f"QSA select+attention {kind}", family_fields("qsa")
+    kname, fam = f"QSA selective select+attention {kind}", family_fields("qsa")
     ctx.record("indexer", kname, shape, med, qsa_bytes, err, tol, iqr_us=iqr, **pk, **fam)
     qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, qsa_bytes, tol)
 
@@ -142,6 +142,7 @@ def qsa_graph_run(ctx, iq, q, cache, base, c, ref, shape, nbytes, tol, calls_per
         graph_calls=calls_per_graph,
     )
     pk = {"peer": pg[0], "peer_us": pg[1]} if pg else {}
-    kname = f"QSA select+attention {shape['kind']} (graph replay, {calls_per_graph} per graph)"
+    graph = f"graph replay, {calls_per_graph} per graph"
+    kname = f"QSA selective select+attention {shape['kind']} ({graph})"
     err = rel_err(host(out), ref)
     ctx.record("indexer", kname, shape, g.us, nbytes, err, tol, **pk, **family_fields("qsa"))
