@@ -7,9 +7,10 @@ the numbers (README.md, "GPU"; docs/performance.md renders them):
   results/<device>.json  {device, date, commit, cupy, cuda, torch, copy_gbps, runs: [...]}
   results/<device>.npz   per run, up to 4096 (golden, gpu) sample pairs: "<i>_golden", "<i>_gpu"
 
-Each run: stage, kernel, shape, median_us, bytes, gbps, pct_of_copy, rel_err (+ tol, ok,
-iqr_us), and peer, peer_median_us, speedup where a peer exists (torch SDPA bf16 GQA for
-attention, torch rms_norm for norm, cuBLAS bf16 through torch for the Q8 GEMV).
+Each run: stage, kernel, shape, median_us, bytes, gbps, pct_of_copy and the run's copy_gbps,
+rel_err (+ tol, ok, iqr_us), family, rung and default, and peer, peer_median_us, speedup and
+peers ({name: µs}) where a peer exists (torch SDPA bf16, the fastest of its backends and GQA
+layouts, for attention; torch rms_norm for norm; cuBLAS bf16 through torch for the Q8 GEMV).
 
 Method: random inputs, never zeros; rel_err = ‖gpu − golden‖ /
 ‖golden‖ in float64; timing with CUDA events, warm-up first, the median of many batches; before

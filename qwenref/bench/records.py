@@ -100,7 +100,7 @@ def make_run(
     }
     if peer is not None:
         run.update(peer=peer, peer_median_us=float(peer_us), speedup=float(peer_us) / us)
-        extra["peers"] = {peer: float(peer_us), **extra.get("peers", {})}
+        extra["peers"] = {**extra.get("peers", {}), peer: float(peer_us)}
     run["timing"] = (
         "graph"
         if "graph replay" in str(kernel)
