@@ -175,7 +175,7 @@ def test_kvcache_tq_append_more_rows_than_a_wave(cp, rng, hd):
     kern = gpu_kv._tq_append_kernel(hd)
     wave = resident_blocks(kern, 128)  # blocks of 4 warps
     nb = -(-4 * 4 * wave * gpu_kv._tq_rows_per_warp(hd) // (2 * cfg.nkv))  # K and V rows
-    assert gpu_kv._tq_grid(kern, hd, 2 * nb * cfg.nkv) == (wave,)
+    assert gpu_kv._tq_grid(hd, 2 * nb * cfg.nkv) == (wave,)
     cache = gpu_kv.KVCache(cfg, max_t=nb, kind="tq2")
     k = outlier_rows(rng, nb * cfg.nkv, hd).reshape(nb, cfg.nkv, hd)
     v = outlier_rows(rng, nb * cfg.nkv, hd).reshape(nb, cfg.nkv, hd)

@@ -105,14 +105,15 @@ def kernel(module_name: str, fn: str, options: tuple = ()):
 
 @functools.lru_cache(maxsize=None)
 def _sm_limits(device_id):
-    """(SMs, registers, threads, shared-memory bytes per SM) of a device (H100/H200 defaults for
-    any attribute CuPy does not report)."""
+    """(SMs, registers, threads, shared-memory bytes, blocks per SM) of a device (H100/H200
+    defaults for any attribute CuPy does not report)."""
     a = cupy().cuda.Device(device_id).attributes
     return (
         a.get("MultiProcessorCount", 132),
         a.get("MaxRegistersPerMultiprocessor", 65536),
         a.get("MaxThreadsPerMultiProcessor", 2048),
         a.get("MaxSharedMemoryPerMultiprocessor", 228 * 1024),
+        a.get("MaxBlocksPerMultiprocessor", 32),
     )
 
 
@@ -120,7 +121,7 @@ def resident_blocks(kern, threads, smem=0):
     """Blocks of `threads` threads of kernel `kern` (dynamic shared memory `smem` bytes, its
     static shared memory added) that fit on the current device at once: a grid of this many
     blocks is one wave, and a grid-stride kernel needs no more."""
-    sms, regs_sm, threads_sm, smem_sm = _sm_limits(cupy().cuda.Device().id)
+    sms, regs_sm, threads_sm, smem_sm, blocks_sm = _sm_limits(cupy().cuda.Device().id)
     try:
         regs = max(1, int(kern.num_regs))
         smem += int(kern.shared_size_bytes)
@@ -128,7 +129,7 @@ def resident_blocks(kern, threads, smem=0):
         regs = 128
     regs = -(-regs // 8) * 8  # allocation granularity
     per_sm = min(
-        regs_sm // (regs * threads), threads_sm // threads, smem_sm // (smem + 1024), 32
+        regs_sm // (regs * threads), threads_sm // threads, smem_sm // (smem + 1024), blocks_sm
     )  # 1 KiB reserved per block
     return sms * max(1, per_sm)
 

@@ -234,12 +234,19 @@ def _tq_rows_per_warp(n):
     return 32 // (n // per_lane)
 
 
-def _tq_grid(kern, n, rows):
+def _tq_grid(n, rows):
     """The tq append's grid for `rows` rows of width n: enough warps for every row, at most one
     wave of resident blocks. Its warps stride over the rows, so a larger grid only adds blocks
     that each pay the set-up (sign pattern, codebook) for one trip."""
     (needed,) = _grid(-(-rows // _tq_rows_per_warp(n)), _THREADS // 32)
-    return (min(needed, resident_blocks(kern, _THREADS)),)
+    return (min(needed, _tq_wave(n, cupy().cuda.Device().id)),)
+
+
+@functools.lru_cache(maxsize=None)
+def _tq_wave(n, device_id):
+    """One wave of kv_append_tq_n<n> blocks on a device (asked of the driver once, not at every
+    append)."""
+    return resident_blocks(_tq_append_kernel(n), _THREADS)
 
 
 def _launch_tq(
@@ -250,9 +257,8 @@ def _launch_tq(
     sides = 1 if x1 is None else 2
     if x1 is None:
         x1, c1, g1 = x, codes, gamma
-    kern = _tq_append_kernel(n)
-    kern(
-        _tq_grid(kern, n, sides * rows_nb * nkv),
+    _tq_append_kernel(n)(
+        _tq_grid(n, sides * rows_nb * nkv),
         (_THREADS,),
         (
             x,
