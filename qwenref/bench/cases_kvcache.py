@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layout import side_kinds
 from .counting import bytes_append, bytes_q8_quantize, bytes_turbo_quantize
 from .inputs import dense_cfg, host, randn
 from .records import code_match, rel_err
@@ -77,8 +78,6 @@ def case_append(ctx, nb, kind):
 def _append_family(kind):
     """The append family a cache kind goes through: q8_append, turbo_append (bf16 K with turbo
     V too), tq_append, or kv_copy (f32, bf16: stored as given; no rungs)."""
-    from ..layout import side_kinds
-
     for prefix in ("q8", "turbo", "tq"):
         if any(side.startswith(prefix) for side in side_kinds(kind)):
             return f"{prefix}_append"

@@ -35,37 +35,32 @@ def family_rungs(family):
     return fam.rungs, importlib.import_module(f"qwenref.gpu.{fam.module}")
 
 
-def rung_fields(family, impl, default, **kshape):
-    """The ladder fields of one run: family, impl (the rung's name), rung (its index in teaching
-    order, which moves when a rung is inserted: impl does not), default, kernel."""
-    rungs, mod = family_rungs(family)
-    return {
-        "family": family,
-        "impl": impl,
-        "rung": rungs.index(impl),
-        "default": impl == default,
-        "kernel": mod.rung_kernel(family, impl, **kshape),
-        "bench": "ladder",
-    }
-
-
-def family_fields(family, impl=None):
-    """family, rung and default of a stage run (what impl=None runs): a family of the rung
-    table at its default rung, or at `impl` where the call picks it (attention: the plan's);
-    a run that is no family's rung (a whole layer step, the selective path's four launches, a
-    read floor, cuBLAS) names what it is and has no rung (None)."""
+def family_fields(family, impl=None, default=None):
+    """family, impl, rung (the rung's index in teaching order, which moves when a rung is
+    inserted: impl does not) and default of a run. impl None: the family's default rung, what
+    impl=None runs; default: the rung impl=None runs (None: the table's, or, where the call
+    picks it (attention), impl itself). A run that is no family's rung (a whole layer step, the
+    selective path's four launches, a read floor, cuBLAS) names what it is, with no rung."""
     if family not in registry.FAMILIES:
         return {"family": family, "rung": None, "default": True}
     fam = registry.family(family)
-    impl = impl or fam.default
+    default = default or fam.default
+    impl = impl or default
     if impl is None:
         raise ValueError(f"impl must be given for {family!r}: its rung is chosen per call")
     return {
         "family": family,
         "impl": impl,
         "rung": fam.rungs.index(impl),
-        "default": fam.default in (None, impl),
+        "default": impl == (default or impl),
     }
+
+
+def rung_fields(family, impl, default, **kshape):
+    """The ladder fields of one run: family_fields, its kernel and its bench."""
+    _, mod = family_rungs(family)
+    kernel = mod.rung_kernel(family, impl, **kshape)
+    return {**family_fields(family, impl, default), "kernel": kernel, "bench": "ladder"}
 
 
 def ladder_runs(
